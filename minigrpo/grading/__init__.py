@@ -1,0 +1,53 @@
+"""Exercise grading: in-notebook checks (``check``) and the grader behind ``minigrpo grade``.
+
+    from minigrpo.grading import check
+    check("01.1", reward_to_go)      # prints ✓ or the failing input, expected, got and a hint
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from minigrpo.grading import ex01
+from minigrpo.grading.core import (
+    Case,
+    GradingTimeout,
+    Item,
+    ItemResult,
+    Raised,
+    WrongAnswer,
+    compare,
+    run_item,
+    time_limit,
+)
+
+#: Every graded exercise: its number, title and items, in course order.
+EXERCISES: dict[str, tuple[str, list[Item]]] = {
+    "01": ("REINFORCE", ex01.ITEMS),
+}
+
+
+def items(exercise: str) -> list[Item]:
+    if exercise not in EXERCISES:
+        raise KeyError(f"no graded exercise {exercise!r}; graded exercises: {', '.join(EXERCISES)}")
+    return EXERCISES[exercise][1]
+
+
+def get_item(item_id: str) -> Item:
+    """The item ``"NN.k"``."""
+    exercise, _, number = item_id.partition(".")
+    for item in items(exercise):
+        if str(item.number) == number:
+            return item
+    raise KeyError(f"exercise {exercise} has no item {item_id!r}; items: {[i.id for i in items(exercise)]}")
+
+
+def check(item_id: str, fn: Callable | None, quick: bool = True) -> None:
+    """Run an item's quick checks on ``fn`` and print the verdict (✓, or input/expected/got/hint)."""
+    print(run_item(get_item(item_id), fn, quick=quick).report())
+
+
+__all__ = [
+    "Case", "EXERCISES", "GradingTimeout", "Item", "ItemResult", "Raised", "WrongAnswer",
+    "check", "compare", "get_item", "items", "run_item", "time_limit",
+]

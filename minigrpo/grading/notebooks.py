@@ -1,0 +1,142 @@
+"""Notebooks as exercise sources: loading a learner's functions, and generating exercises/.
+
+Conventions (COURSE.md, "Exercises and grading"):
+- An exercise cell is tagged ``exercise`` in its metadata and starts with a ``# EXERCISE NN.k``
+  comment. It is self-contained (its own imports), so the grader can run it alone.
+- In ``solutions/`` the answer sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``;
+  ``exercises/`` is generated from it with each block replaced by a stub that raises
+  NotImplementedError, and only the outputs of ``# NBVAL_CHECK_OUTPUT`` cells kept.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from minigrpo.grading.core import GradingTimeout, time_limit
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+EXERCISE_TAG = "exercise"
+CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"
+STUB = "# YOUR CODE HERE\nraise NotImplementedError(\"{what}\")"
+_EXERCISE_COMMENT = re.compile(r"^\s*#\s*EXERCISE\b")
+
+
+def repo_root(start: Path | None = None) -> Path:
+    """The course checkout: the nearest folder above ``start`` (default: cwd) holding solutions/,
+    else the folder above the installed package."""
+    here = (start or Path.cwd()).resolve()
+    for folder in [here, *here.parents]:
+        if (folder / "solutions").is_dir() and (folder / "exercises").is_dir():
+            return folder
+    return Path(__file__).resolve().parents[2]
+
+
+def find_notebook(exercise: str, folder: Path) -> Path:
+    """``folder/NN_*.ipynb`` for exercise ``NN``."""
+    matches = sorted(Path(folder).glob(f"{exercise}_*.ipynb"))
+    if not matches:
+        raise FileNotFoundError(f"no notebook for exercise {exercise} in {folder} (expected {exercise}_<topic>.ipynb)")
+    return matches[0]
+
+
+def is_exercise_cell(cell) -> bool:
+    if cell.cell_type != "code":
+        return False
+    tags = cell.get("metadata", {}).get("tags", [])
+    return EXERCISE_TAG in tags or bool(_EXERCISE_COMMENT.match(cell.source))
+
+
+@dataclass
+class LoadedNotebook:
+    path: Path
+    namespace: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  #: one line per exercise cell that failed to run
+
+    def get(self, name: str):
+        return self.namespace.get(name)
+
+
+def load_functions(path: str | Path, seconds: float = 30.0) -> LoadedNotebook:
+    """Run the exercise cells of a notebook (only those) and return what they define."""
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    loaded = LoadedNotebook(path, {"__name__": f"notebook_{path.stem}"})
+    for i, cell in enumerate(nb.cells):
+        if not is_exercise_cell(cell):
+            continue
+        try:
+            code = compile(cell.source, f"{path.name}[cell {i}]", "exec")
+            with time_limit(seconds):
+                exec(code, loaded.namespace)  # noqa: S102 - running the learner's own notebook
+        except GradingTimeout:
+            loaded.errors.append(f"cell {i} did not finish within {seconds:g} s")
+        except Exception as exc:  # noqa: BLE001
+            loaded.errors.append(f"cell {i} raised {type(exc).__name__}: {exc}")
+    return loaded
+
+
+def _stub_source(source: str, what: str) -> str:
+    """Replace every BEGIN/END SOLUTION block with an indented stub."""
+    out, lines, i = [], source.split("\n"), 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() == BEGIN:
+            indent = line[: len(line) - len(line.lstrip())]
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != END:
+                j += 1
+            if j == len(lines):
+                raise ValueError(f"{what}: '{BEGIN}' without a matching '{END}'")
+            out += [indent + s for s in STUB.format(what=what).split("\n")]
+            i = j + 1
+            continue
+        if line.strip() == END:
+            raise ValueError(f"{what}: '{END}' without a matching '{BEGIN}'")
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def make_exercise_notebook(solution):
+    """The learner's copy of a solution notebook (a new ``NotebookNode``)."""
+    nb = copy.deepcopy(solution)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if BEGIN in cell.source:
+            name = re.search(r"def\s+(\w+)", cell.source)
+            cell.source = _stub_source(cell.source, f"implement {name.group(1)}" if name else "your code here")
+        cell.execution_count = None
+        if not cell.source.lstrip().startswith(CHECK_OUTPUT):
+            cell.outputs = []
+        else:
+            for out in cell.outputs:
+                if "execution_count" in out:
+                    out["execution_count"] = None
+    return nb
+
+
+def exercise_text(solution_path: Path) -> str:
+    """The exact file content ``exercises/`` should hold for a solution notebook."""
+    nb = nbformat.read(solution_path, as_version=4)
+    return nbformat.writes(make_exercise_notebook(nb)) + "\n"
+
+
+def sync_exercises(root: Path | None = None, check: bool = False) -> list[Path]:
+    """Regenerate ``exercises/`` from ``solutions/``; return the files that were (or, with
+    ``check``, would be) changed."""
+    root = root or repo_root()
+    changed = []
+    for sol in sorted((root / "solutions").glob("*.ipynb")):
+        target = root / "exercises" / sol.name
+        text = exercise_text(sol)
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            changed.append(target)
+            if not check:
+                target.write_text(text, encoding="utf-8")
+    return changed
