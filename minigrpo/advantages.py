@@ -2,6 +2,7 @@
 
 - ``reward_to_go``: discounted return from each step of one episode (REINFORCE, lesson 01).
 - ``batch_reward_to_go``: the same over several episodes laid end to end, reset at each boundary.
+- ``gae``: generalized advantage estimation (actor-critic, TRPO, PPO: lessons 02–04).
 """
 
 from __future__ import annotations
@@ -82,3 +83,59 @@ def batch_reward_to_go(rewards: Any, dones: Any, gamma: float) -> torch.Tensor:
     ends[-1] = True
     out = _discounted_cumsum_reversed(r.tolist(), gamma, ends)
     return torch.tensor(out, dtype=r.dtype, device=r.device)
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    truncated: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """Generalized advantage estimation (Schulman et al. 2016, arXiv:1506.02438).
+
+    Time-major inputs, all of shape ``[T]`` or ``[T, N]`` (N parallel environments):
+
+    - ``values[t]`` = V(s_t); ``next_values[t]`` = V of the observation **after** step t. For a
+      truncated step that is V of the final observation (not of the reset observation that a vector
+      env hands back); for a terminated step its value is ignored.
+    - ``terminated[t]``: step t ended the episode in a terminal state: nothing is bootstrapped.
+    - ``truncated[t]``: step t was cut by a time limit: bootstrap from ``next_values[t]``, but the
+      recursion does not cross into the next episode.
+
+    ``δ_t = r_t + γ·(1 − terminated_t)·next_values_t − values_t`` and
+    ``A_t = δ_t + γλ·(1 − terminated_t)·(1 − truncated_t)·A_{t+1}``, with ``A_{T-1} = δ_{T-1}``
+    (the rollout's last step bootstraps through ``next_values`` only).
+
+    λ = 0 gives the TD residual δ_t (low variance, biased by V); λ = 1 gives the discounted return
+    (bootstrapped at the end) minus V (unbiased, high variance). Returns the advantages; the value
+    targets are ``advantages + values``.
+    """
+    names = ["rewards", "values", "next_values", "terminated", "truncated"]
+    tensors = [torch.as_tensor(x) for x in (rewards, values, next_values, terminated, truncated)]
+    r = as_float_tensor(tensors[0], "rewards")
+    if r.ndim not in (1, 2) or r.shape[0] == 0:
+        raise ValueError(f"gae expects time-major rewards of shape [T] or [T, N] with T >= 1; got shape {tuple(r.shape)}")
+    for name, t in zip(names[1:], tensors[1:]):
+        check_same_shape(r, t, "rewards", name)
+    v = tensors[1].to(r.dtype)
+    nv = tensors[2].to(r.dtype)
+    term = tensors[3].to(torch.bool)
+    trunc = tensors[4].to(torch.bool)
+    for name, t in (("rewards", r), ("values", v)):
+        check_finite(t, name)
+    check_finite(torch.where(term, torch.zeros_like(nv), nv), "next_values (at non-terminated steps)")
+    gamma, lam = check_gamma(gamma), check_gamma(lam, "lam")
+
+    not_term = (~term).to(r.dtype)
+    not_done = (~(term | trunc)).to(r.dtype)
+    nv = torch.where(term, torch.zeros_like(nv), nv)  # a NaN placeholder at a terminal step must not leak
+    deltas = r + gamma * not_term * nv - v
+    adv = torch.zeros_like(r)
+    running = torch.zeros_like(r[0])
+    for t in range(r.shape[0] - 1, -1, -1):
+        running = deltas[t] + gamma * lam * not_done[t] * running
+        adv[t] = running
+    return adv

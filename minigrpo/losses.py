@@ -1,9 +1,15 @@
 """Policy-gradient losses. Every one is a *surrogate*: a scalar whose gradient is the estimator.
 
 - ``reinforce_loss``: −mean(log π(a|s) · weight), the vanilla policy-gradient surrogate (lesson 01).
+- ``clipped_surrogate_loss``: PPO's (and GRPO's) pessimistic clipped objective, with statistics.
+- ``value_loss``: squared error of V, optionally clipped around the old values.
+- ``kl_estimate``: per-sample estimators k1, k2, k3 of KL(π ‖ π_ref) from samples of π.
+- ``aggregate``: masked reductions (global token mean, per-sequence mean, constant normaliser).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 
@@ -31,3 +37,145 @@ def reinforce_loss(logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         raise ValueError("reinforce_loss got empty tensors: there is no step to learn from")
     check_finite(weights, "weights")
     return -(logp * weights.detach()).mean()
+
+
+AGGREGATIONS = ("mean", "seq_mean", "sum_norm")
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor | None = None, mode: str = "mean",
+              norm: float | None = None) -> torch.Tensor:
+    """Reduce per-element values (e.g. per-token losses ``[B, T]``) to a scalar, counting only ``mask``.
+
+    - ``"mean"``: Σ mask·x / Σ mask — every valid element weighs the same (PPO; DAPO's token mean).
+    - ``"seq_mean"``: the mean over rows of each row's masked mean — every sequence weighs the same
+      (DeepSeekMath's GRPO). Needs ``[B, T]`` values.
+    - ``"sum_norm"``: Σ mask·x / ``norm`` with a constant ``norm`` (Dr. GRPO), so the weight of a
+      token does not depend on how long its sequence or batch happened to be.
+    """
+    if mode not in AGGREGATIONS:
+        raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
+    if mask is None:
+        mask = torch.ones_like(values, dtype=torch.bool)
+    check_same_shape(values, mask, "values", "mask")
+    m = mask.to(values.dtype)
+    if mode == "mean":
+        count = m.sum()
+        if count == 0:
+            raise ValueError("aggregate: the mask selects no element")
+        return (values * m).sum() / count
+    if mode == "seq_mean":
+        if values.ndim != 2:
+            raise ValueError(f"seq_mean needs [B, T] values, got shape {tuple(values.shape)}")
+        lengths = m.sum(-1)
+        if (lengths == 0).any():
+            raise ValueError("seq_mean: a sequence has no valid element (empty mask row)")
+        return ((values * m).sum(-1) / lengths).mean()
+    if norm is None or norm <= 0:
+        raise ValueError("sum_norm needs a positive constant norm (e.g. batch size × max length)")
+    return (values * m).sum() / norm
+
+
+def clipped_surrogate_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_eps: float = 0.2,
+    clip_eps_high: float | None = None,
+    mask: torch.Tensor | None = None,
+    agg: str = "mean",
+    norm: float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO's clipped surrogate as a loss to minimise (Schulman et al. 2017, arXiv:1707.06347, eq. 7).
+
+    ``ratio = exp(logp − old_logp)`` and, per element,
+    ``loss = −min(ratio·A, clip(ratio, 1 − ε_low, 1 + ε_high)·A)``. The min makes it a pessimistic
+    bound: once the ratio has moved past the clip in the direction the advantage rewards (A > 0 and
+    ratio > 1 + ε_high, or A < 0 and ratio < 1 − ε_low), the gradient is exactly zero; moves that
+    make the objective worse are never clipped.
+
+    Args:
+        logp: log π_θ(a|s) under the current parameters, e.g. ``[N]`` or ``[B, T]`` (tokens).
+        old_logp: log-probs under the policy that sampled the data (no gradient needed), same shape.
+        advantages: same shape as ``logp``, or one per row (``[B]`` for ``[B, T]``), broadcast over T.
+        clip_eps: ε_low; ``clip_eps_high`` defaults to it (DAPO's "clip-higher" raises it).
+        mask: which elements count (e.g. completion tokens), same shape as ``logp``.
+        agg, norm: how to reduce, see :func:`aggregate`.
+
+    Returns:
+        ``(loss, stats)``, stats being floats over the valid elements: ``clip_frac`` (share of
+        elements whose gradient the clip removed), ``clip_frac_low``, ``clip_frac_high``,
+        ``ratio_mean``, ``ratio_min``, ``ratio_max`` and ``approx_kl`` (k3 estimate of KL(old ‖ new)).
+    """
+    check_same_shape(logp, old_logp, "logp", "old_logp")
+    if advantages.ndim == logp.ndim - 1 and advantages.shape == logp.shape[:-1]:
+        advantages = advantages.unsqueeze(-1).expand_as(logp)
+    check_same_shape(logp, advantages, "logp", "advantages")
+    check_finite(advantages, "advantages")
+    if mask is not None:
+        check_same_shape(logp, mask, "logp", "mask")
+        mask = mask.to(torch.bool)
+    eps_low = float(clip_eps)
+    eps_high = eps_low if clip_eps_high is None else float(clip_eps_high)
+    if eps_low < 0 or eps_high < 0 or eps_low >= 1:
+        raise ValueError(f"clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
+
+    advantages = advantages.detach()
+    log_ratio = logp - old_logp.detach()
+    ratio = torch.exp(log_ratio)
+    unclipped = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
+    per_element = -torch.min(unclipped, clipped)
+    loss = aggregate(per_element, mask, agg, norm)
+
+    with torch.no_grad():
+        valid = torch.ones_like(ratio, dtype=torch.bool) if mask is None else mask
+        r, a = ratio[valid], advantages[valid]
+        low = ((r < 1.0 - eps_low) & (a < 0)).float().mean().item()
+        high = ((r > 1.0 + eps_high) & (a > 0)).float().mean().item()
+        lr = log_ratio.detach()[valid]
+        stats = {
+            "clip_frac": low + high,
+            "clip_frac_low": low,
+            "clip_frac_high": high,
+            "ratio_mean": r.mean().item(),
+            "ratio_min": r.min().item(),
+            "ratio_max": r.max().item(),
+            "approx_kl": ((r - 1.0) - lr).mean().item(),
+        }
+    return loss, stats
+
+
+def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,
+               clip_eps: float | None = None) -> torch.Tensor:
+    """``0.5 · mean((V − R)²)``; with ``old_values`` and ``clip_eps``, PPO's clipped variant
+    ``0.5 · mean(max((V − R)², (old + clip(V − old, ±ε) − R)²))`` (as in OpenAI baselines' ppo2)."""
+    check_same_shape(values, returns, "values", "returns")
+    returns = returns.detach()
+    err = (values - returns) ** 2
+    if clip_eps is not None:
+        if old_values is None:
+            raise ValueError("value clipping needs old_values")
+        check_same_shape(values, old_values, "values", "old_values")
+        old = old_values.detach()
+        clipped = old + torch.clamp(values - old, -clip_eps, clip_eps)
+        err = torch.max(err, (clipped - returns) ** 2)
+    return 0.5 * err.mean()
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: Literal["k1", "k2", "k3"] = "k3") -> torch.Tensor:
+    """Per-sample estimates of KL(π ‖ π_ref) from actions sampled from π (J. Schulman, "Approximating
+    KL divergence", 2020). With ``log ρ = ref_logp − logp``:
+
+    - ``k1 = −log ρ``: unbiased, high variance, negative for some samples.
+    - ``k2 = ½ (log ρ)²``: biased (exact to second order), low variance, ≥ 0.
+    - ``k3 = (ρ − 1) − log ρ``: unbiased and ≥ 0 for every sample (GRPO's choice).
+    """
+    check_same_shape(logp, ref_logp, "logp", "ref_logp")
+    log_rho = ref_logp - logp
+    if kind == "k1":
+        return -log_rho
+    if kind == "k2":
+        return 0.5 * log_rho**2
+    if kind == "k3":
+        return torch.expm1(log_rho) - log_rho
+    raise ValueError(f"kind must be 'k1', 'k2' or 'k3', got {kind!r}")

@@ -67,3 +67,96 @@ def test_batch_treats_the_last_step_as_an_end():
 def test_batch_shape_mismatch():
     with pytest.raises(ValueError, match="same shape"):
         batch_reward_to_go(torch.ones(4), torch.zeros(3, dtype=torch.bool), 0.9)
+
+
+# ----------------------------------------------------------------------------- GAE
+
+from minigrpo.advantages import gae  # noqa: E402
+
+
+def gae_float64_loop(r, v, nv, term, trunc, gamma, lam):
+    """Reference: per environment, per episode segment, the GAE sum written as Σ (γλ)^k δ_{t+k}."""
+    r, v, nv = (np.asarray(x, dtype=np.float64) for x in (r, v, nv))
+    term, trunc = np.asarray(term, bool), np.asarray(trunc, bool)
+    T = len(r)
+    delta = np.array([r[t] + (0.0 if term[t] else gamma * nv[t]) - v[t] for t in range(T)])
+    adv = np.zeros(T)
+    for t in range(T):
+        total, k = 0.0, 0
+        while t + k < T:
+            total += (gamma * lam) ** k * delta[t + k]
+            if term[t + k] or trunc[t + k]:
+                break
+            k += 1
+        adv[t] = total
+    return adv
+
+
+def random_rollout(seed, T=64, N=None):
+    rng = np.random.default_rng(seed)
+    shape = (T,) if N is None else (T, N)
+    r, v, nv = rng.normal(size=shape), rng.normal(size=shape), rng.normal(size=shape)
+    term = rng.random(shape) < 0.08
+    trunc = (rng.random(shape) < 0.08) & ~term
+    return r, v, nv, term, trunc
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("gamma,lam", [(0.99, 0.95), (0.9, 0.0), (0.97, 1.0), (1.0, 0.5)])
+def test_gae_against_float64_reference_with_terminations_and_truncations(seed, gamma, lam):
+    r, v, nv, term, trunc = random_rollout(seed, T=50, N=3)
+    got = gae(*(torch.tensor(x) for x in (r, v, nv, term, trunc)), gamma=gamma, lam=lam)
+    assert got.shape == (50, 3) and got.dtype == torch.float64
+    for n in range(3):
+        expected = gae_float64_loop(r[:, n], v[:, n], nv[:, n], term[:, n], trunc[:, n], gamma, lam)
+        np.testing.assert_allclose(got[:, n].numpy(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_gae_lambda_zero_is_the_td_residual():
+    r, v, nv, term, trunc = random_rollout(0)
+    got = gae(*(torch.tensor(x) for x in (r, v, nv, term, trunc)), gamma=0.9, lam=0.0)
+    np.testing.assert_allclose(got.numpy(), r + 0.9 * nv * (~term) - v, rtol=1e-12)
+
+
+def test_gae_lambda_one_is_discounted_return_minus_value():
+    # one episode that terminates: A_t = Σ γ^k r_{t+k} − V(s_t)
+    rng = np.random.default_rng(1)
+    T = 30
+    r, v, nv = rng.normal(size=T), rng.normal(size=T), np.append(rng.normal(size=T - 1), np.nan)
+    nv[:-1] = v[1:]  # consistent values inside the episode
+    term = np.zeros(T, bool)
+    term[-1] = True
+    got = gae(torch.tensor(r), torch.tensor(v), torch.tensor(nv), torch.tensor(term), torch.zeros(T, dtype=torch.bool),
+              gamma=0.95, lam=1.0)
+    np.testing.assert_allclose(got.numpy(), rtg_float64_loop(r, 0.95) - v, rtol=1e-10, atol=1e-10)
+
+
+def test_gae_truncation_bootstraps_but_does_not_cross_the_boundary():
+    # step 1 is truncated: δ_1 uses V(final obs) = 10; step 0's advantage must not see episode 2's rewards
+    r = torch.tensor([1.0, 1.0, 100.0])
+    v = torch.tensor([0.0, 0.0, 0.0])
+    nv = torch.tensor([0.0, 10.0, 0.0])
+    trunc = torch.tensor([False, True, False])
+    term = torch.tensor([False, False, True])
+    adv = gae(r, v, nv, term, trunc, gamma=0.5, lam=1.0)
+    assert adv.tolist() == [1.0 + 0.5 * (1.0 + 0.5 * 10.0), 1.0 + 0.5 * 10.0, 100.0]
+
+
+def test_gae_terminal_next_value_is_ignored_even_if_nan():
+    adv = gae(torch.tensor([1.0]), torch.tensor([0.5]), torch.tensor([float("nan")]), torch.tensor([True]),
+              torch.tensor([False]), gamma=0.9, lam=0.9)
+    assert adv.tolist() == [0.5]
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"values": torch.zeros(4)}, "same shape"),
+    ({"rewards": torch.tensor([1.0, float("nan"), 0.0, 0.0, 0.0])}, "NaN"),
+    ({"lam": 1.5}, "lam"),
+])
+def test_gae_bad_input(kwargs, match):
+    args = dict(rewards=torch.zeros(5), values=torch.zeros(5), next_values=torch.zeros(5),
+                terminated=torch.zeros(5, dtype=torch.bool), truncated=torch.zeros(5, dtype=torch.bool),
+                gamma=0.9, lam=0.9)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        gae(**args)

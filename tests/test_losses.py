@@ -42,3 +42,108 @@ def test_nan_weights_and_empty_batches_are_errors():
         reinforce_loss(torch.zeros(2), torch.tensor([1.0, float("nan")]))
     with pytest.raises(ValueError, match="empty"):
         reinforce_loss(torch.zeros(0), torch.zeros(0))
+
+
+# ----------------------------------------------------------------------------- clipped surrogate
+
+from minigrpo.losses import aggregate, clipped_surrogate_loss, kl_estimate, value_loss  # noqa: E402
+
+
+def _grad_at(ratio: float, adv: float, eps=0.2, eps_high=None) -> float:
+    logp = torch.tensor([float(np.log(ratio))], dtype=torch.float64, requires_grad=True)
+    loss, _ = clipped_surrogate_loss(logp, torch.zeros(1, dtype=torch.float64), torch.tensor([adv], dtype=torch.float64),
+                                     eps, eps_high)
+    (g,) = torch.autograd.grad(loss, logp)
+    return g.item()
+
+
+import numpy as np  # noqa: E402
+
+
+@pytest.mark.parametrize("ratio,adv", [(1.3, 1.0), (2.0, 0.5), (0.7, -1.0), (0.1, -2.0)])
+def test_gradient_is_exactly_zero_in_the_clipped_regions(ratio, adv):
+    assert _grad_at(ratio, adv) == 0.0
+
+
+@pytest.mark.parametrize("ratio,adv", [(1.3, -1.0), (0.7, 1.0), (1.1, 1.0), (0.9, -1.0), (3.0, -1.0), (0.05, 2.0)])
+def test_gradient_is_nonzero_where_the_clip_does_not_apply(ratio, adv):
+    # d(−ratio·A)/d logp = −ratio·A: moves that make things worse are never clipped
+    assert _grad_at(ratio, adv) == pytest.approx(-ratio * adv)
+
+
+def test_asymmetric_clip_range():
+    assert _grad_at(1.25, 1.0, eps=0.2, eps_high=0.28) == pytest.approx(-1.25)  # inside the raised upper clip
+    assert _grad_at(1.3, 1.0, eps=0.2, eps_high=0.28) == 0.0
+    assert _grad_at(0.85, -1.0, eps=0.2, eps_high=0.28) == pytest.approx(0.85)  # low side keeps 0.2
+    assert _grad_at(0.75, -1.0, eps=0.2, eps_high=0.28) == 0.0
+
+
+def test_at_ratio_one_the_gradient_is_the_policy_gradient():
+    torch.manual_seed(0)
+    logits = torch.randn(6, 3, dtype=torch.float64, requires_grad=True)
+    actions = torch.randint(0, 3, (6,))
+    adv = torch.randn(6, dtype=torch.float64)
+    logp = torch.log_softmax(logits, -1)[torch.arange(6), actions]
+    loss, stats = clipped_surrogate_loss(logp, logp.detach(), adv, 0.2)
+    (g_clip,) = torch.autograd.grad(loss, logits, retain_graph=True)
+    (g_pg,) = torch.autograd.grad(reinforce_loss(logp, adv), logits)
+    torch.testing.assert_close(g_clip, g_pg)
+    assert stats["ratio_min"] == stats["ratio_max"] == 1.0 and stats["clip_frac"] == 0.0
+    assert loss.item() == pytest.approx(-adv.mean().item())
+
+
+def test_clip_statistics_hand_computed():
+    ratio = torch.tensor([1.5, 0.5, 1.5, 0.5, 1.0])
+    adv = torch.tensor([1.0, -1.0, -1.0, 1.0, 1.0])
+    loss, stats = clipped_surrogate_loss(ratio.log(), torch.zeros(5), adv, 0.2)
+    assert stats["clip_frac_high"] == pytest.approx(0.2) and stats["clip_frac_low"] == pytest.approx(0.2)
+    assert stats["clip_frac"] == pytest.approx(0.4)
+    assert stats["ratio_min"] == pytest.approx(0.5) and stats["ratio_max"] == pytest.approx(1.5)
+    # per element: -min(1.5, 1.2), -min(-0.5, -0.8), -min(-1.5, -1.2), -min(0.5, 0.8), -min(1, 1)
+    assert loss.item() == pytest.approx((-1.2 + 0.8 + 1.5 - 0.5 - 1.0) / 5)
+    expected_kl = ((ratio - 1) - ratio.log()).mean().item()
+    assert stats["approx_kl"] == pytest.approx(expected_kl)
+
+
+def test_masked_token_losses_and_per_row_advantages():
+    logp = torch.zeros(2, 3)
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    adv = torch.tensor([1.0, -2.0])  # one advantage per sequence, broadcast over its tokens
+    loss, _ = clipped_surrogate_loss(logp, logp, adv, 0.2, mask=mask)
+    assert loss.item() == pytest.approx(-(1 + 1 - 2) / 3)
+    loss, _ = clipped_surrogate_loss(logp, logp, adv, 0.2, mask=mask, agg="seq_mean")
+    assert loss.item() == pytest.approx(-(1 + -2) / 2)
+    loss, _ = clipped_surrogate_loss(logp, logp, adv, 0.2, mask=mask, agg="sum_norm", norm=6)
+    assert loss.item() == pytest.approx(-(1 + 1 - 2) / 6)
+
+
+def test_clipped_loss_bad_input():
+    with pytest.raises(ValueError, match="same shape"):
+        clipped_surrogate_loss(torch.zeros(3), torch.zeros(4), torch.zeros(3))
+    with pytest.raises(ValueError, match="NaN"):
+        clipped_surrogate_loss(torch.zeros(2), torch.zeros(2), torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="no element"):
+        aggregate(torch.zeros(3), torch.zeros(3, dtype=torch.bool))
+
+
+def test_value_loss_clipping():
+    v, old, ret = torch.tensor([2.0]), torch.tensor([0.0]), torch.tensor([3.0])
+    assert value_loss(v, ret).item() == pytest.approx(0.5)
+    # clipped prediction 0.2 is further from the target: the max keeps its error
+    assert value_loss(v, ret, old, clip_eps=0.2).item() == pytest.approx(0.5 * 2.8**2)
+
+
+def test_kl_estimators_on_an_enumerable_categorical():
+    """E_π[k1] = E_π[k3] = KL(π‖π_ref) exactly; k3 >= 0 everywhere; all vanish when π = π_ref."""
+    torch.manual_seed(0)
+    p = torch.softmax(torch.randn(5, dtype=torch.float64), 0)
+    q = torch.softmax(torch.randn(5, dtype=torch.float64), 0)
+    exact = (p * (p / q).log()).sum()
+    for kind in ("k1", "k3"):
+        assert (p * kl_estimate(p.log(), q.log(), kind)).sum().item() == pytest.approx(exact.item(), rel=1e-12)
+    assert (kl_estimate(p.log(), q.log(), "k3") >= 0).all()
+    assert (kl_estimate(p.log(), q.log(), "k2") >= 0).all()
+    for kind in ("k1", "k2", "k3"):
+        assert kl_estimate(p.log(), p.log(), kind).abs().max().item() == 0.0
+    with pytest.raises(ValueError, match="kind"):
+        kl_estimate(p, q, "k4")

@@ -30,6 +30,13 @@ class Episode:
         return float(self.rewards.sum())
 
 
+def to_env_action(space: gym.Space, action: torch.Tensor):
+    """A policy's action as the env wants it: an int for Discrete, a clipped array for Box."""
+    if isinstance(space, gym.spaces.Discrete):
+        return int(action.item())
+    return np.clip(action.cpu().numpy(), space.low, space.high)
+
+
 def make_envs(env_id: str, n: int, seed: int | None = None, **kwargs) -> list[gym.Env]:
     """``n`` independent copies of ``env_id``; with a seed, env i is reset with ``seed + i``."""
     envs = [gym.make(env_id, **kwargs) for _ in range(n)]
@@ -53,7 +60,7 @@ def _run_round(envs: Sequence[gym.Env], policy, deterministic: bool, max_steps: 
         actions = policy.act(obs, deterministic=deterministic)
         for j, i in enumerate(live):
             a = actions[j]
-            next_obs, r, term, trunc, _ = envs[i].step(a.item() if a.ndim == 0 else a.numpy())
+            next_obs, r, term, trunc, _ = envs[i].step(to_env_action(envs[i].action_space, a))
             bufs[i]["obs"].append(current[i])
             bufs[i]["act"].append(a)
             bufs[i]["rew"].append(float(r))

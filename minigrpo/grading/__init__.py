@@ -6,9 +6,11 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from collections.abc import Callable
 
-from minigrpo.grading import ex01
 from minigrpo.grading.core import (
     Case,
     GradingTimeout,
@@ -21,10 +23,21 @@ from minigrpo.grading.core import (
     time_limit,
 )
 
+
+
+def _discover() -> dict[str, tuple[str, list[Item]]]:
+    """Every module ``exNN`` of this package is exercise NN: it defines ``TITLE`` and ``ITEMS``."""
+    found = {}
+    for module in pkgutil.iter_modules(__path__):
+        match = re.fullmatch(r"ex(\d\d)", module.name)
+        if match:
+            mod = importlib.import_module(f"{__name__}.{module.name}")
+            found[match.group(1)] = (mod.TITLE, mod.ITEMS)
+    return dict(sorted(found.items()))
+
+
 #: Every graded exercise: its number, title and items, in course order.
-EXERCISES: dict[str, tuple[str, list[Item]]] = {
-    "01": ("REINFORCE", ex01.ITEMS),
-}
+EXERCISES: dict[str, tuple[str, list[Item]]] = _discover()
 
 
 def items(exercise: str) -> list[Item]:

@@ -8,6 +8,8 @@ from minigrpo.advantages import batch_reward_to_go, reward_to_go
 from minigrpo.grading.core import Case, Item, WrongAnswer
 from minigrpo.losses import reinforce_loss
 
+TITLE = "REINFORCE"
+
 # --------------------------------------------------------------------------- inputs (fresh each call)
 
 

@@ -1,0 +1,113 @@
+"""PPO with a clipped surrogate (Schulman et al. 2017), for discrete and continuous actions.
+
+Per iteration: one rollout, GAE, then ``update_epochs`` passes over the batch in shuffled
+minibatches, each step minimising
+``clipped_surrogate_loss − ent_coef · entropy + vf_coef · value_loss``. Details follow CleanRL's
+ppo.py and "The 37 Implementation Details of PPO" (Huang et al., ICLR blog track 2022).
+
+Metrics, and how to read them:
+- ``approx_kl``: k3 estimate of KL(π_old ‖ π_new) over the last epoch. Around 0.01–0.02 is healthy;
+  much larger means the update moved the policy a lot (lower lr, fewer epochs, or set target_kl).
+- ``clip_frac``: share of samples whose gradient the clip removed. 0 means the clip never acts
+  (steps are small); above ~0.3 the policy keeps pushing against the trust region.
+- ``explained_variance``: how much of the return's variance V explains (1 perfect, ≤ 0 useless).
+  A critic stuck near 0 gives noisy advantages.
+- ``entropy``: the policy's randomness. Collapsing early means premature determinism.
+- ``sps``: environment steps per second, rollout and update together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from minigrpo.control.agents import ActorCritic
+from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
+from minigrpo.losses import clipped_surrogate_loss, value_loss
+
+
+@dataclass
+class PPOConfig(OnPolicyConfig):
+    """PPO's knobs (on top of OnPolicyConfig). Defaults: CleanRL's ppo.py for CartPole."""
+
+    learning_rate: float = 2.5e-4  #: Adam step size (annealed linearly to 0 if anneal_lr)
+    anneal_lr: bool = True  #: decay the learning rate linearly over training
+    anneal_clip: bool = False  #: decay clip_coef linearly too (as rl-zoo's tuned CartPole does)
+    update_epochs: int = 4  #: passes over each rollout
+    num_minibatches: int = 4  #: minibatches per pass (minibatch size = batch_size / num_minibatches)
+    norm_adv: bool = True  #: standardise advantages within each minibatch
+    clip_coef: float = 0.2  #: ε of the clipped surrogate
+    clip_vloss: bool = True  #: clip the value update around the old values as well
+    ent_coef: float = 0.01  #: weight of the entropy bonus
+    vf_coef: float = 0.5  #: weight of the value loss
+    max_grad_norm: float = 0.5  #: global gradient-norm clip
+    target_kl: float | None = None  #: stop this iteration's epochs once approx_kl exceeds it
+
+    def __post_init__(self):
+        if self.batch_size % self.num_minibatches:
+            raise ValueError(f"num_minibatches ({self.num_minibatches}) must divide the batch size "
+                             f"num_envs * num_steps = {self.batch_size}")
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    return x.reshape(-1, *x.shape[2:])
+
+
+def make_ppo_update(cfg: PPOConfig):
+    def factory(agent: ActorCritic):
+        opt = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+
+        def update(agent: ActorCritic, ro: Rollout, adv: torch.Tensor, returns: torch.Tensor, it: int) -> dict:
+            frac = 1.0 - (it - 1) / cfg.num_iterations
+            lr = cfg.learning_rate * frac if cfg.anneal_lr else cfg.learning_rate
+            clip = cfg.clip_coef * frac if cfg.anneal_clip else cfg.clip_coef
+            for group in opt.param_groups:
+                group["lr"] = lr
+            obs, actions, old_logp = _flat(ro.obs), _flat(ro.actions), _flat(ro.logp)
+            b_adv, b_ret, b_val = _flat(adv), _flat(returns), _flat(ro.values)
+            n = obs.shape[0]
+            mb_size = n // cfg.num_minibatches
+            clip_fracs, stopped_early = [], False
+            for _epoch in range(cfg.update_epochs):
+                perm = torch.randperm(n)
+                for start in range(0, n, mb_size):
+                    idx = perm[start: start + mb_size]
+                    dist = agent.dist(obs[idx])
+                    logp = dist.log_prob(actions[idx])
+                    mb_adv = b_adv[idx]
+                    if cfg.norm_adv and mb_adv.numel() > 1:
+                        mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
+                    pg_loss, stats = clipped_surrogate_loss(logp, old_logp[idx], mb_adv, clip)
+                    v_loss = value_loss(agent.value(obs[idx]), b_ret[idx], b_val[idx],
+                                        clip if cfg.clip_vloss else None)
+                    entropy = dist.entropy().mean()
+                    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+                    opt.zero_grad()
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+                    opt.step()
+                    clip_fracs.append(stats["clip_frac"])
+                if cfg.target_kl is not None and stats["approx_kl"] > cfg.target_kl:
+                    stopped_early = True
+                    break
+            return {
+                "policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": entropy.item(),
+                "approx_kl": stats["approx_kl"], "clip_frac": float(np.mean(clip_fracs)),
+                "ratio_max": stats["ratio_max"], "ratio_min": stats["ratio_min"],
+                "learning_rate": lr, "clip_coef": clip, "epochs_run": _epoch + 1,
+                "stopped_early": float(stopped_early),
+            }
+
+        return update
+
+    return factory
+
+
+def train_ppo(config: PPOConfig | None = None, progress: bool = True) -> TrainResult:
+    """Train an ActorCritic with PPO. History: the shared keys of ``run_on_policy`` plus
+    policy_loss, value_loss, entropy, approx_kl, clip_frac, ratio_min/max, explained_variance,
+    learning_rate, clip_coef, epochs_run, stopped_early."""
+    cfg = config or PPOConfig()
+    return run_on_policy(cfg, "PPO", make_ppo_update(cfg), progress)
