@@ -93,3 +93,11 @@ def test_trpo_respects_the_trust_region_and_solves_cartpole():
     result = train_trpo(cfg, progress=False)
     assert max(result.history["kl"]) <= cfg.max_kl
     assert result.solved_at_step is not None, result.history["eval_return"]
+
+
+def test_a2c_learns_cartpole():
+    from minigrpo.control import A2CConfig, train_a2c
+
+    result = train_a2c(A2CConfig(seed=0, total_timesteps=60_000, target_return=475, eval_every_steps=10_000),
+                       progress=False)
+    assert result.solved_at_step is not None, result.history["eval_return"]

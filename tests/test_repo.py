@@ -11,7 +11,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises") for p in (ROOT / d).glob("*.ipynb"))
 # pip name -> conda-forge name where they differ
-CONDA_NAMES = {"torch": "pytorch"}
+CONDA_NAMES = {"torch": "pytorch", "box2d": "box2d-py"}
 
 
 def _name(requirement: str) -> str:

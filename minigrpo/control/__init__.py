@@ -1,5 +1,6 @@
 """Classic control on gymnasium: policies, rollouts and the trainers of lessons 01–04."""
 
+from minigrpo.control.a2c import A2CConfig, train_a2c
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, make_vec_env
 from minigrpo.control.policies import CategoricalMLPPolicy, MLPValue, mlp
@@ -9,6 +10,8 @@ from minigrpo.control.rollouts import Episode, collect_episodes, evaluate, make_
 from minigrpo.control.trpo import TRPOConfig, train_trpo
 
 __all__ = [
+    "A2CConfig",
+    "train_a2c",
     "ActorCritic",
     "CategoricalMLPPolicy",
     "Episode",
