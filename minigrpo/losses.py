@@ -128,20 +128,16 @@ def clipped_surrogate_loss(
     loss = aggregate(per_element, mask, agg, norm)
 
     with torch.no_grad():
-        valid = torch.ones_like(ratio, dtype=torch.bool) if mask is None else mask
-        r, a = ratio[valid], advantages[valid]
-        low = ((r < 1.0 - eps_low) & (a < 0)).float().mean().item()
-        high = ((r > 1.0 + eps_high) & (a > 0)).float().mean().item()
-        lr = log_ratio.detach()[valid]
-        stats = {
-            "clip_frac": low + high,
-            "clip_frac_low": low,
-            "clip_frac_high": high,
-            "ratio_mean": r.mean().item(),
-            "ratio_min": r.min().item(),
-            "ratio_max": r.max().item(),
-            "approx_kl": ((r - 1.0) - lr).mean().item(),
-        }
+        r, a, lr = ratio.detach(), advantages, log_ratio.detach()
+        if mask is not None:
+            r, a, lr = r[mask], a[mask], lr[mask]
+        low = ((r < 1.0 - eps_low) & (a < 0)).float().mean()
+        high = ((r > 1.0 + eps_high) & (a > 0)).float().mean()
+        # one host sync for all statistics (they are logged every minibatch)
+        values = torch.stack([low, high, r.mean(), r.min(), r.max(), ((r - 1.0) - lr).mean()]).tolist()
+    names = ("clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_min", "ratio_max", "approx_kl")
+    stats = dict(zip(names, values))
+    stats["clip_frac"] = stats["clip_frac_low"] + stats["clip_frac_high"]
     return loss, stats
 
 

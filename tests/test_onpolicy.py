@@ -81,9 +81,10 @@ def test_ppo_target_kl_stops_epochs_early():
 
 
 def test_ppo_solves_cartpole():
-    cfg = PPOConfig(seed=1, num_envs=8, num_steps=32, num_minibatches=1, gamma=0.98, gae_lambda=0.8,
-                    update_epochs=20, learning_rate=1e-3, anneal_clip=True, ent_coef=0.0,
-                    total_timesteps=60_000, target_return=475, eval_every_steps=5_000)
+    from minigrpo.control.ppo import PRESETS
+
+    cfg = PPOConfig(**{**PRESETS["CartPole-v1"], "seed": 1, "total_timesteps": 60_000, "target_return": 475,
+                       "eval_every_steps": 5_000})
     result = train_ppo(cfg, progress=False)
     assert result.solved_at_step is not None, result.history["eval_return"]
 

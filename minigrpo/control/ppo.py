@@ -57,7 +57,7 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
 
 def make_ppo_update(cfg: PPOConfig):
     def factory(agent: ActorCritic):
-        opt = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+        opt = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5, foreach=True)
 
         def update(agent: ActorCritic, ro: Rollout, adv: torch.Tensor, returns: torch.Tensor, it: int) -> dict:
             frac = 1.0 - (it - 1) / cfg.num_iterations
@@ -82,8 +82,13 @@ def make_ppo_update(cfg: PPOConfig):
                     pg_loss, stats = clipped_surrogate_loss(logp, old_logp[idx], mb_adv, clip)
                     v_loss = value_loss(agent.value(obs[idx]), b_ret[idx], b_val[idx],
                                         clip if cfg.clip_vloss else None)
-                    entropy = dist.entropy().mean()
-                    loss = pg_loss - cfg.ent_coef * entropy + cfg.vf_coef * v_loss
+                    loss = pg_loss + cfg.vf_coef * v_loss
+                    if cfg.ent_coef:
+                        entropy = dist.entropy().mean()
+                        loss = loss - cfg.ent_coef * entropy
+                    else:  # keep it out of the graph: it is only logged
+                        with torch.no_grad():
+                            entropy = dist.entropy().mean()
                     opt.zero_grad()
                     loss.backward()
                     torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
@@ -111,3 +116,14 @@ def train_ppo(config: PPOConfig | None = None, progress: bool = True) -> TrainRe
     learning_rate, clip_coef, epochs_run, stopped_early."""
     cfg = config or PPOConfig()
     return run_on_policy(cfg, "PPO", make_ppo_update(cfg), progress)
+
+
+#: Tested settings per environment (fields of PPOConfig). CartPole: rl-zoo's tuned PPO
+#: hyperparameters, except 25 steps per env, so that a rollout (200 steps) divides the benchmark's
+#: 5k-step evaluation interval, and a learning rate of 2e-3 instead of 1e-3 (over 5 seeds: median
+#: 15k env steps to solve instead of 20k, and more consistent). No value clipping, as in rl-zoo.
+PRESETS: dict[str, dict] = {
+    "CartPole-v1": dict(num_envs=8, num_steps=25, num_minibatches=1, gamma=0.98, gae_lambda=0.8,
+                        update_epochs=20, learning_rate=2e-3, anneal_clip=True, ent_coef=0.0, clip_vloss=False,
+                        total_timesteps=100_000),
+}

@@ -1,0 +1,376 @@
+"""Exercise 03 — TRPO: conjugate gradient, Fisher-vector products, the step to the trust-region boundary."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.distributions import Categorical, Independent, Normal, kl_divergence
+
+from minigrpo.grading.core import Case, Item, WrongAnswer
+from minigrpo.trust_region import conjugate_gradient, fisher_vector_product, flat_grad
+
+TITLE = "TRPO"
+
+# --------------------------------------------------------------------------- shared inputs (fresh each call)
+
+
+def _t(values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def random_spd(n: int, seed: int, cond: float | None = None) -> torch.Tensor:
+    """A random symmetric positive-definite float64 matrix (eigenvalues log-spread up to ``cond``)."""
+    g = torch.Generator().manual_seed(seed)
+    q, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    if cond is None:
+        m = torch.randn(n, n, generator=g, dtype=torch.float64)
+        return m @ m.T / n + 0.5 * torch.eye(n, dtype=torch.float64)
+    eig = torch.logspace(0, math.log10(cond), n, dtype=torch.float64)
+    return (q * eig) @ q.T
+
+
+def _random_vec(n: int, seed: int) -> torch.Tensor:
+    return torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+# --------------------------------------------------------------------------- 03.1 conjugate_gradient
+
+
+def _cg_skeleton(Avp, b, iters, tol, *, x0=None, update_r=True, r_sign=-1.0, beta="fr", conjugate=True,
+                 stop=True):
+    """CG with a switch for each typical mistake. The input check is kept, so that each wrong answer
+    differs from the reference by its one mistake only."""
+    if b.ndim != 1:
+        raise ValueError("b must be 1-D")
+    x = torch.zeros_like(b) if x0 is None else x0.clone()
+    r = b.clone()
+    p = b.clone()
+    rr = r @ r
+    for _ in range(iters):
+        if stop and rr < tol:
+            break
+        Ap = Avp(p)
+        alpha = rr / (p @ Ap)
+        x = x + alpha * p
+        if update_r:
+            r = r + r_sign * alpha * Ap
+        rr_new = r @ r
+        if not conjugate:
+            p = r.clone()
+        else:
+            p = r + ((rr_new / rr) if beta == "fr" else (rr / rr_new)) * p
+        rr = rr_new
+    return x
+
+
+def _cg_no_residual_update(Avp, b, iters=10, tol=1e-10):
+    return _cg_skeleton(Avp, b, iters, tol, update_r=False)
+
+
+def _cg_residual_sign(Avp, b, iters=10, tol=1e-10):
+    return _cg_skeleton(Avp, b, iters, tol, r_sign=+1.0)
+
+
+def _cg_beta_inverted(Avp, b, iters=10, tol=1e-10):
+    return _cg_skeleton(Avp, b, iters, tol, beta="inverted")
+
+
+def _cg_steepest_descent(Avp, b, iters=10, tol=1e-10):
+    return _cg_skeleton(Avp, b, iters, tol, conjugate=False)
+
+
+def _cg_start_at_b(Avp, b, iters=10, tol=1e-10):
+    return _cg_skeleton(Avp, b, iters, tol, x0=b)
+
+
+def _cg_no_stopping_test(Avp, b, iters=10, tol=1e-10):
+    return _cg_skeleton(Avp, b, iters, tol, stop=False)
+
+
+def _solve(A: torch.Tensor, b: torch.Tensor, iters: int, tol: float | None = None):
+    def run(f):
+        kwargs = {} if tol is None else {"tol": tol}
+        return f(lambda v: A @ v, b.clone(), iters, **kwargs)
+
+    return run
+
+
+_A2 = [[4.0, 1.0], [1.0, 3.0]]
+
+CG_CASES = [
+    Case("diagonal 3×3: exact after 3 iterations", "A = diag(1, 2, 4), b = [1, 1, 1], iters = 3",
+         _solve(torch.diag(_t([1.0, 2.0, 4.0])), _t([1.0, 1.0, 1.0]), 3)),
+    Case("a 2×2 SPD matrix, solved in 2 iterations (x = [1/11, 7/11])", "A = [[4, 1], [1, 3]], b = [1, 2], iters = 2",
+         _solve(_t(_A2), _t([1.0, 2.0]), 2)),
+    Case("fewer iterations than unknowns: the CG iterate after 2 steps",
+         "A = a random 6×6 SPD matrix (seed 3), b = random (seed 4), iters = 2",
+         lambda f: _solve(random_spd(6, 3), _random_vec(6, 4), 2)(f), rtol=1e-7, atol=1e-10),
+    Case("b = 0 gives x = 0 (the loop must stop: r·r = 0 < tol)", "A = diag(1, 2, 4), b = [0, 0, 0], iters = 3",
+         _solve(torch.diag(_t([1.0, 2.0, 4.0])), torch.zeros(3, dtype=torch.float64), 3),
+         hint="with b = 0 the residual is 0 from the start; stop when r·r < tol before dividing by pᵀAp = 0."),
+    Case("b must be a flat vector: shape (3, 1) is refused with a ValueError", "b of shape (3, 1)",
+         lambda f: f(lambda v: v, torch.ones(3, 1, dtype=torch.float64), 3),
+         hint="check `b.ndim == 1` first and raise ValueError otherwise (CG works on flat parameter vectors)."),
+    Case("random SPD 20×20 (condition number 1e3), run to convergence",
+         "A = SPD 20×20 with eigenvalues from 1 to 1000 (seed 5), b random (seed 6), iters = 200, tol = 1e-24",
+         lambda f: _solve(random_spd(20, 5, cond=1e3), _random_vec(20, 6), 200, tol=1e-24)(f),
+         quick=False, rtol=1e-6, atol=1e-9),
+    Case("random SPD 40×40, exactly 40 iterations", "A = random SPD 40×40 (seed 7), b random (seed 8), iters = 40, "
+         "tol = 1e-24", lambda f: _solve(random_spd(40, 7), _random_vec(40, 8), 40, tol=1e-24)(f),
+         quick=False, rtol=1e-6, atol=1e-9),
+]
+
+CONJUGATE_GRADIENT = Item(
+    exercise="03", number=1, function="conjugate_gradient", title="conjugate gradient from matrix-vector products",
+    reference=conjugate_gradient, cases=CG_CASES,
+    wrong_answers=[
+        WrongAnswer("no stopping test", _cg_no_stopping_test,
+                    "the result is NaN when b = 0: stop as soon as r·r < tol (before computing α = r·r / pᵀAp, "
+                    "which would be 0/0)."),
+        WrongAnswer("residual not updated", _cg_no_residual_update,
+                    "the residual r = b − A x must follow x: after x ← x + α p, update r ← r − α A p."),
+        WrongAnswer("residual sign", _cg_residual_sign,
+                    "sign error in the residual update: x ← x + α p changes b − A x by −α A p, so r ← r − α A p."),
+        WrongAnswer("β inverted", _cg_beta_inverted,
+                    "β is inverted: the new direction is p ← r_new + (r_newᵀr_new / r_oldᵀr_old) p (new over old)."),
+        WrongAnswer("steepest descent", _cg_steepest_descent,
+                    "this is steepest descent (p ← r): CG keeps the directions A-conjugate with "
+                    "p ← r + β p, β = r_newᵀr_new / r_oldᵀr_old, which makes it exact in n steps."),
+        WrongAnswer("starts at x = b", _cg_start_at_b,
+                    "start from x = 0, so that the first residual b − A x is b itself (you started at x = b but "
+                    "kept r = b)."),
+    ],
+)
+
+# --------------------------------------------------------------------------- 03.2 fisher_vector_product
+
+
+def tiny_categorical_problem(seed: int = 0, obs_dim: int = 3, n_actions: int = 3, hidden: tuple = (4,),
+                             n_states: int = 5):
+    """A small float64 softmax policy, a few states, and ``mean_kl()`` = mean KL(π_old ‖ π_θ) with π_old frozen.
+
+    Returns (net, params, obs, mean_kl). The last layer is scaled up so the policy is far from uniform.
+    """
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        layers, n_in = [], obs_dim
+        for h in hidden:
+            layers += [torch.nn.Linear(n_in, h), torch.nn.Tanh()]
+            n_in = h
+        layers.append(torch.nn.Linear(n_in, n_actions))
+        net = torch.nn.Sequential(*layers).double()
+        with torch.no_grad():
+            net[-1].weight.mul_(4.0)
+        obs = torch.randn(n_states, obs_dim, dtype=torch.float64)
+    params = list(net.parameters())
+    with torch.no_grad():
+        old_logits = net(obs)
+
+    def mean_kl() -> torch.Tensor:
+        return kl_divergence(Categorical(logits=old_logits), Categorical(logits=net(obs))).mean()
+
+    return net, params, obs, mean_kl
+
+
+def explicit_fisher(net: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """F = (1/N) Σ_s Σ_a π(a|s) ∇log π(a|s) ∇log π(a|s)ᵀ, built one score at a time (small nets only)."""
+    params = list(net.parameters())
+    n = sum(p.numel() for p in params)
+    F = torch.zeros(n, n, dtype=torch.float64)
+    with torch.no_grad():
+        probs = torch.softmax(net(obs), -1)
+    for i in range(len(obs)):
+        logp = torch.log_softmax(net(obs[i]), -1)
+        for a in range(logp.numel()):
+            g = flat_grad(logp[a], params, retain_graph=True)
+            F += probs[i, a] * torch.outer(g, g) / len(obs)
+    return F
+
+
+def tiny_gaussian_problem(seed: int = 0, obs_dim: int = 3, act_dim: int = 2, n_states: int = 6):
+    """A float64 diagonal-Gaussian policy (linear mean, learned log std) and its frozen-old ``mean_kl``."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        mean_net = torch.nn.Linear(obs_dim, act_dim).double()
+        log_std = torch.nn.Parameter(0.3 * torch.randn(act_dim, dtype=torch.float64))
+        obs = torch.randn(n_states, obs_dim, dtype=torch.float64)
+    params = [*mean_net.parameters(), log_std]
+
+    def dist():
+        mu = mean_net(obs)
+        return Independent(Normal(mu, log_std.exp().expand_as(mu)), 1)
+
+    with torch.no_grad():
+        old_mu, old_std = mean_net(obs), log_std.exp().expand(n_states, act_dim).clone()
+
+    def mean_kl() -> torch.Tensor:
+        return kl_divergence(Independent(Normal(old_mu, old_std), 1), dist()).mean()
+
+    return params, mean_kl
+
+
+def _n_params(params) -> int:
+    return sum(p.numel() for p in params)
+
+
+def _fvp_case(damping: float, n_vectors: int = 1, seed: int = 0, hidden: tuple = (4,), n_actions: int = 3,
+              v_seed: int = 100):
+    def run(f):
+        _, params, _, mean_kl = tiny_categorical_problem(seed, hidden=hidden, n_actions=n_actions)
+        fvp = f(mean_kl, params, damping)
+        vs = [_random_vec(_n_params(params), v_seed + k) for k in range(n_vectors)]
+        out = [fvp(v) for v in vs]
+        return out[0] if n_vectors == 1 else torch.stack(out)
+
+    return run
+
+
+def _fvp_gaussian(f):
+    params, mean_kl = tiny_gaussian_problem(1)
+    fvp = f(mean_kl, params, 0.05)
+    return torch.stack([fvp(_random_vec(_n_params(params), 200 + k)) for k in range(2)])
+
+
+def _fvp_no_damping(mean_kl, params, damping=0.1):
+    return fisher_vector_product(mean_kl, params, 0.0)
+
+
+def _fvp_damping_multiplied(mean_kl, params, damping=0.1):
+    plain = fisher_vector_product(mean_kl, params, 0.0)
+    return lambda v: damping * plain(v)
+
+
+def _fvp_first_derivative(mean_kl, params, damping=0.1):
+    params = list(params)
+
+    def fvp(v):
+        return flat_grad(mean_kl(), params) + damping * v  # ∇KL, which is 0 at θ_old
+
+    return fvp
+
+
+def _fvp_no_retain(mean_kl, params, damping=0.1):
+    params = list(params)
+    grad = flat_grad(mean_kl(), params, create_graph=True)
+    return lambda v: flat_grad(grad @ v, params) + damping * v
+
+
+def _fvp_no_create_graph(mean_kl, params, damping=0.1):
+    params = list(params)
+    grad = flat_grad(mean_kl(), params)  # a plain tensor: no graph to differentiate again
+    return lambda v: flat_grad(grad @ v, params, retain_graph=True) + damping * v
+
+
+FVP_CASES = [
+    Case("tiny softmax policy, damping 0.1: (F + 0.1·I) v",
+         "3 obs → 4 tanh → 3 actions (float64, 31 parameters), 5 states, damping = 0.1, one random v",
+         _fvp_case(0.1), rtol=1e-7, atol=1e-10),
+    Case("damping 0: the plain Fisher-vector product F v", "same policy, damping = 0.0, another random v",
+         _fvp_case(0.0, v_seed=50), rtol=1e-7, atol=1e-10),
+    Case("the product can be taken many times (CG calls it once per iteration)",
+         "same policy, damping = 0.1, fvp(v) for three random vectors in a row",
+         _fvp_case(0.1, n_vectors=3), rtol=1e-7, atol=1e-10),
+    Case("two hidden layers, 4 actions, damping 0.05",
+         "3 obs → 4 → 4 tanh → 4 actions (float64), 5 states, damping = 0.05, two random vectors",
+         _fvp_case(0.05, n_vectors=2, seed=3, hidden=(4, 4), n_actions=4), quick=False, rtol=1e-7, atol=1e-10),
+    Case("a diagonal-Gaussian policy with a learned log std (continuous actions)",
+         "linear mean 3 → 2, log std parameter, 6 states, damping = 0.05, two random vectors",
+         _fvp_gaussian, quick=False, rtol=1e-7, atol=1e-10),
+]
+
+FISHER_VECTOR_PRODUCT = Item(
+    exercise="03", number=2, function="fisher_vector_product", title="Fisher-vector products by double backprop",
+    reference=fisher_vector_product, cases=FVP_CASES,
+    wrong_answers=[
+        WrongAnswer("damping forgotten", _fvp_no_damping,
+                    "you returned F v: add the damping term, (F + damping·I) v = F v + damping * v."),
+        WrongAnswer("damping multiplied", _fvp_damping_multiplied,
+                    "damping is added, not multiplied: return F v + damping * v (it shifts every eigenvalue "
+                    "of F up by `damping`)."),
+        WrongAnswer("first derivative only", _fvp_first_derivative,
+                    "the gradient of the KL is 0 at θ_old (the KL is at its minimum there), so you got just "
+                    "damping * v. Differentiate once more: F v = ∇θ (∇θKL · v), with the first gradient taken "
+                    "with create_graph=True."),
+        WrongAnswer("graph not retained", _fvp_no_retain,
+                    "the second call failed: the second backward pass frees the graph of ∇KL. Pass "
+                    "retain_graph=True to it so that fvp can be called again and again."),
+        WrongAnswer("no create_graph", _fvp_no_create_graph,
+                    "the first gradient must stay differentiable: torch.autograd.grad(kl, params, "
+                    "create_graph=True), otherwise ∇KL · v has no graph to differentiate a second time."),
+    ],
+)
+
+# --------------------------------------------------------------------------- 03.3 trpo_full_step
+
+
+def trpo_full_step(x: torch.Tensor, Fx: torch.Tensor, max_kl: float) -> torch.Tensor:
+    """The reference: scale the search direction x to the boundary ½ sᵀF s = max_kl."""
+    if x.ndim != 1 or x.shape != Fx.shape:
+        raise ValueError(f"x and Fx must be flat vectors of the same shape, got {tuple(x.shape)} and {tuple(Fx.shape)}")
+    xFx = x @ Fx
+    if not xFx > 0:
+        raise ValueError(f"xᵀFx must be positive (F is positive definite), got {float(xFx):.3g}")
+    return torch.sqrt(2 * max_kl / xFx) * x
+
+
+def _checked(scale):
+    """A wrong answer: the reference's input checks, then ``scale(xᵀx, xᵀFx, δ) · x`` (the one mistake)."""
+    def step(x, Fx, max_kl):
+        trpo_full_step(x, Fx, max_kl)  # same refusals as the reference
+        return scale(x @ x, x @ Fx, max_kl) * x
+
+    return step
+
+
+_step_no_two = _checked(lambda xx, xFx, d: torch.sqrt(d / xFx))
+_step_no_sqrt = _checked(lambda xx, xFx, d: 2 * d / xFx)
+_step_euclidean = _checked(lambda xx, xFx, d: torch.sqrt(2 * d / xx))
+_step_inverted = _checked(lambda xx, xFx, d: torch.sqrt(2 * d * xFx))
+
+
+def _boundary_case(n: int, seed: int, max_kl: float):
+    def run(f):
+        F = random_spd(n, seed)
+        x = _random_vec(n, seed + 1)
+        s = f(x.clone(), F @ x, max_kl)
+        return {"step": s, "½ sᵀF s": 0.5 * s @ F @ s}
+
+    return run
+
+
+_NEG_HINT = "compute xFx = x @ Fx and raise ValueError unless it is > 0 (F is positive definite; 0 would divide by 0)."
+
+STEP_CASES = [
+    Case("hand-checkable: xᵀFx = 2, δ = 0.01 gives β = 0.1", "x = [1, 0], Fx = [2, 0], max_kl = 0.01",
+         lambda f: f(_t([1.0, 0.0]), _t([2.0, 0.0]), 0.01)),
+    Case("the full step lands on the trust-region boundary: ½ sᵀF s = δ",
+         "F = random SPD 6×6 (seed 1), x random (seed 2), Fx = F @ x, max_kl = 0.02",
+         _boundary_case(6, 1, 0.02), rtol=1e-9, atol=1e-12),
+    Case("no positive curvature along x is refused with a ValueError", "x = [1, 0], Fx = [0, 1], max_kl = 0.01",
+         lambda f: f(_t([1.0, 0.0]), _t([0.0, 1.0]), 0.01), hint=_NEG_HINT),
+    Case("x and Fx of different shapes are refused with a ValueError", "x of shape (3,), Fx of shape (2,)",
+         lambda f: f(_t([1.0, 1.0, 1.0]), _t([1.0, 1.0]), 0.01),
+         hint="check that x is 1-D and x.shape == Fx.shape, and raise ValueError otherwise."),
+    Case("a 200-dimensional problem, δ = 0.05", "F = random SPD 200×200 (seed 10), x random (seed 11), max_kl = 0.05",
+         _boundary_case(200, 10, 0.05), quick=False, rtol=1e-9, atol=1e-12),
+]
+
+TRPO_FULL_STEP = Item(
+    exercise="03", number=3, function="trpo_full_step", title="the step to the trust-region boundary",
+    reference=trpo_full_step, cases=STEP_CASES,
+    wrong_answers=[
+        WrongAnswer("missing factor 2", _step_no_two,
+                    "the quadratic model of the KL is ½ sᵀF s: setting ½ β² xᵀFx = δ gives β = sqrt(2δ / xᵀFx) "
+                    "(the ½ is where the 2 comes from)."),
+        WrongAnswer("no square root", _step_no_sqrt,
+                    "the KL grows with the square of the step: solve ½ β² xᵀFx = δ for β, which needs a square root."),
+        WrongAnswer("Euclidean length", _step_euclidean,
+                    "you used xᵀx: the trust region is measured by the KL, i.e. by F, so use xᵀFx = x @ Fx."),
+        WrongAnswer("inverted", _step_inverted,
+                    "the ratio is upside down: a direction of high curvature (large xᵀFx) must get a *smaller* "
+                    "step, β = sqrt(2δ / xᵀFx)."),
+    ],
+)
+
+ITEMS = [CONJUGATE_GRADIENT, FISHER_VECTOR_PRODUCT, TRPO_FULL_STEP]
