@@ -3,6 +3,7 @@
 - ``reward_to_go``: discounted return from each step of one episode (REINFORCE, lesson 01).
 - ``batch_reward_to_go``: the same over several episodes laid end to end, reset at each boundary.
 - ``gae``: generalized advantage estimation (actor-critic, TRPO, PPO: lessons 02–04).
+- ``group_advantages``: GRPO's critic-free advantage, a reward relative to its group (lessons 05–09).
 """
 
 from __future__ import annotations
@@ -139,3 +140,43 @@ def gae(
         running = deltas[t] + gamma * lam * not_done[t] * running
         adv[t] = running
     return adv
+
+
+SCALES = ("group", "batch", "none")
+
+
+def group_advantages(rewards: Any, group_size: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
+    """GRPO's group-relative advantage (Shao et al. 2024, DeepSeekMath, arXiv:2402.03300).
+
+    ``rewards`` holds one scalar per completion, ``[num_prompts * group_size]``, the completions of
+    each prompt contiguous (prompt 0's G completions, then prompt 1's, ...). Each reward becomes
+    ``(r − mean of its group) / (std + eps)``, with the std chosen by ``scale``:
+
+    - ``"group"``: the std of its own group (DeepSeekMath's GRPO; TRL ``scale_rewards="group"``);
+    - ``"batch"``: the std of all rewards in the batch (TRL ``scale_rewards="batch"``);
+    - ``"none"``: no division, mean-centring only (Dr. GRPO, arXiv:2503.20783: dividing by the group
+      std up-weights prompts that are nearly always or nearly never solved).
+
+    Std convention: the *sample* standard deviation (Bessel's correction, divide by n − 1), as
+    ``torch.std`` and TRL compute it, plus ``eps`` in the denominator, so a group whose rewards are
+    all equal gets advantage exactly 0 (not NaN).
+    """
+    r = as_float_tensor(rewards, "rewards")
+    if r.ndim != 1:
+        raise ValueError(f"group_advantages expects a flat tensor of rewards [num_prompts * group_size]; "
+                         f"got shape {tuple(r.shape)}")
+    if not isinstance(group_size, (int,)) or isinstance(group_size, bool) or group_size < 2:
+        raise ValueError(f"group_size must be an int >= 2 (a group needs a mean and a spread); got {group_size!r}")
+    if r.numel() == 0 or r.numel() % group_size:
+        raise ValueError(f"the number of rewards ({r.numel()}) must be a positive multiple of group_size "
+                         f"({group_size}): each prompt needs exactly group_size completions")
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    check_finite(r, "rewards")
+    groups = r.view(-1, group_size)
+    centred = groups - groups.mean(dim=1, keepdim=True)
+    if scale == "group":
+        centred = centred / (groups.std(dim=1, keepdim=True) + eps)
+    elif scale == "batch":
+        centred = centred / (r.std() + eps)
+    return centred.reshape(-1)

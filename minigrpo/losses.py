@@ -5,6 +5,7 @@
 - ``value_loss``: squared error of V, optionally clipped around the old values.
 - ``kl_estimate``: per-sample estimators k1, k2, k3 of KL(π ‖ π_ref) from samples of π.
 - ``aggregate``: masked reductions (global token mean, per-sequence mean, constant normaliser).
+- ``token_logprobs``: log-probabilities of the next tokens of a sequence under a language model.
 """
 
 from __future__ import annotations
@@ -175,3 +176,28 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, kind: Literal["k1", 
     if kind == "k3":
         return torch.expm1(log_rho) - log_rho
     raise ValueError(f"kind must be 'k1', 'k2' or 'k3', got {kind!r}")
+
+
+def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Log-probability of each next token: ``out[:, t] = log softmax(logits[:, t] / T)[input_ids[:, t + 1]]``.
+
+    A causal LM's logits at position t predict token t + 1, so the last position has no target and
+    the first token has no log-prob: the result is ``[B, T − 1]``. ``temperature`` must be the one
+    used for sampling, or the "same" policy scores its own samples differently (lesson 07).
+
+    Computed as ``gathered logit − logsumexp`` to avoid materialising a full ``[B, T, V]``
+    log-softmax next to the logits.
+    """
+    if logits.ndim != 3 or input_ids.ndim != 2 or logits.shape[:2] != input_ids.shape:
+        raise ValueError(f"token_logprobs expects logits [B, T, V] and input_ids [B, T]; got "
+                         f"{tuple(logits.shape)} and {tuple(input_ids.shape)}")
+    if input_ids.shape[1] < 2:
+        raise ValueError("token_logprobs needs sequences of at least 2 tokens (nothing to predict otherwise)")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    scaled = logits[:, :-1]
+    if scaled.dtype in (torch.float16, torch.bfloat16):
+        scaled = scaled.float()  # log-softmax in at least float32; float64 stays float64
+    scaled = scaled / temperature
+    targets = input_ids[:, 1:].unsqueeze(-1)
+    return scaled.gather(-1, targets).squeeze(-1) - torch.logsumexp(scaled, dim=-1)

@@ -160,3 +160,42 @@ def test_gae_bad_input(kwargs, match):
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
         gae(**args)
+
+
+# ----------------------------------------------------------------------------- group advantages
+
+from minigrpo.advantages import group_advantages  # noqa: E402
+
+
+def test_group_advantages_worked_example():
+    """Rewards 85, 92, 70: mean 82.33, sample std 11.24 -> (0.24, 0.86, -1.10)."""
+    adv = group_advantages(torch.tensor([85.0, 92.0, 70.0], dtype=torch.float64), 3, eps=0.0)
+    std = np.std([85, 92, 70], ddof=1)
+    np.testing.assert_allclose(adv.numpy(), (np.array([85, 92, 70]) - 247 / 3) / std, rtol=1e-12)
+    assert adv.sum().abs() < 1e-12
+
+
+def test_group_advantages_are_per_group():
+    r = torch.tensor([1.0, 0.0, 1.0, 0.0, 5.0, 5.0, 5.0, 9.0], dtype=torch.float64)
+    adv = group_advantages(r, 4, scale="none")
+    assert adv.tolist() == [0.5, -0.5, 0.5, -0.5, -1.0, -1.0, -1.0, 3.0]
+    g = group_advantages(r, 4, scale="group", eps=0.0)
+    np.testing.assert_allclose(g.view(2, 4).numpy(), (adv.view(2, 4) / r.view(2, 4).std(1, keepdim=True)).numpy())
+    b = group_advantages(r, 4, scale="batch", eps=0.0)
+    np.testing.assert_allclose(b.numpy(), (adv / r.std()).numpy())
+
+
+def test_all_equal_group_gives_zero_not_nan():
+    adv = group_advantages(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0]), 3)
+    assert adv[:3].tolist() == [0.0, 0.0, 0.0] and torch.isfinite(adv).all()
+
+
+@pytest.mark.parametrize("rewards,g,match", [
+    (torch.ones(6), 4, "multiple of group_size"),
+    (torch.ones(6), 1, ">= 2"),
+    (torch.ones(2, 3), 3, "flat tensor"),
+    (torch.tensor([1.0, float("nan")]), 2, "NaN"),
+])
+def test_group_advantages_bad_input(rewards, g, match):
+    with pytest.raises(ValueError, match=match):
+        group_advantages(rewards, g)

@@ -147,3 +147,28 @@ def test_kl_estimators_on_an_enumerable_categorical():
         assert kl_estimate(p.log(), p.log(), kind).abs().max().item() == 0.0
     with pytest.raises(ValueError, match="kind"):
         kl_estimate(p, q, "k4")
+
+
+# ----------------------------------------------------------------------------- token log-probs
+
+from minigrpo.losses import token_logprobs  # noqa: E402
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_token_logprobs_alignment_against_a_loop(temperature):
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 7, dtype=torch.float64)
+    ids = torch.randint(0, 7, (2, 5))
+    out = token_logprobs(logits, ids, temperature)
+    assert out.shape == (2, 4)
+    for b in range(2):
+        for t in range(4):
+            expected = torch.log_softmax(logits[b, t] / temperature, -1)[ids[b, t + 1]]
+            assert out[b, t].item() == pytest.approx(expected.item(), abs=1e-12)
+
+
+def test_token_logprobs_bad_input():
+    with pytest.raises(ValueError, match=r"logits \[B, T, V\]"):
+        token_logprobs(torch.zeros(2, 5, 7), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="temperature"):
+        token_logprobs(torch.zeros(1, 3, 4), torch.zeros(1, 3, dtype=torch.long), temperature=0)
