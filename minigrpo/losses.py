@@ -120,26 +120,39 @@ def clipped_surrogate_loss(
     if eps_low < 0 or eps_high < 0 or eps_low >= 1:
         raise ValueError(f"clip ranges must satisfy 0 <= eps_low < 1 and eps_high >= 0, got {eps_low}, {eps_high}")
 
+    per_element, ratio = clipped_surrogate_terms(logp, old_logp, advantages, eps_low, eps_high)
+    loss = aggregate(per_element, mask, agg, norm)
+    stats = clip_statistics(ratio, advantages, eps_low, eps_high, mask)
+    return loss, stats
+
+
+def clipped_surrogate_terms(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                            eps_low: float, eps_high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-element ``−min(ratio·A, clip(ratio, 1 − ε_low, 1 + ε_high)·A)`` and the ratio (no checks;
+    :func:`clipped_surrogate_loss` validates). Trainers that weight elements themselves use this."""
     advantages = advantages.detach()
-    log_ratio = logp - old_logp.detach()
-    ratio = torch.exp(log_ratio)
+    ratio = torch.exp(logp - old_logp.detach())
     unclipped = ratio * advantages
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * advantages
-    per_element = -torch.min(unclipped, clipped)
-    loss = aggregate(per_element, mask, agg, norm)
+    return -torch.min(unclipped, clipped), ratio
 
-    with torch.no_grad():
-        r, a, lr = ratio.detach(), advantages, log_ratio.detach()
-        if mask is not None:
-            r, a, lr = r[mask], a[mask], lr[mask]
-        low = ((r < 1.0 - eps_low) & (a < 0)).float().mean()
-        high = ((r > 1.0 + eps_high) & (a > 0)).float().mean()
-        # one host sync for all statistics (they are logged every minibatch)
-        values = torch.stack([low, high, r.mean(), r.min(), r.max(), ((r - 1.0) - lr).mean()]).tolist()
+
+@torch.no_grad()
+def clip_statistics(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: float, eps_high: float,
+                    mask: torch.Tensor | None = None) -> dict[str, float]:
+    """Clip fractions, ratio min/mean/max and the k3 approx KL(old ‖ new) over the valid elements."""
+    r, a = ratio.detach(), advantages.detach().expand_as(ratio)
+    if mask is not None:
+        r, a = r[mask.to(torch.bool)], a[mask.to(torch.bool)]
+    lr = torch.log(r)
+    low = ((r < 1.0 - eps_low) & (a < 0)).float().mean()
+    high = ((r > 1.0 + eps_high) & (a > 0)).float().mean()
+    # one host sync for all statistics (they are logged every minibatch)
+    values = torch.stack([low, high, r.mean(), r.min(), r.max(), ((r - 1.0) - lr).mean()]).tolist()
     names = ("clip_frac_low", "clip_frac_high", "ratio_mean", "ratio_min", "ratio_max", "approx_kl")
     stats = dict(zip(names, values))
     stats["clip_frac"] = stats["clip_frac_low"] + stats["clip_frac_high"]
-    return loss, stats
+    return stats
 
 
 def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,

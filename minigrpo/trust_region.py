@@ -50,7 +50,7 @@ def conjugate_gradient(
 
     Each iteration costs one product; in exact arithmetic it converges in at most ``len(b)``
     iterations, and TRPO stops after ~10 because a rough natural-gradient direction is enough.
-    Stops early once the squared residual ‖b − A x‖² < ``tol``.
+    Stops early once the squared residual ‖b − A x‖² <= ``tol``.
     """
     if b.ndim != 1:
         raise ValueError(f"conjugate_gradient expects a flat vector b, got shape {tuple(b.shape)}")
@@ -59,7 +59,7 @@ def conjugate_gradient(
     p = b.clone()  # search direction
     rr = r @ r
     for _ in range(iters):
-        if rr < tol:
+        if rr <= tol:
             break
         Ap = Avp(p)
         pAp = p @ Ap

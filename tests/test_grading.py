@@ -196,3 +196,8 @@ def test_grade_gives_full_marks_when_the_solution_is_pasted_in(tmp_path):
     proc = _grade("01", "--path", str(target))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "score: 4/4   full marks!" in proc.stdout
+
+
+def test_compare_handles_nan_and_inf_differences():
+    assert "NaN or inf" in compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("inf")]))
+    assert "NaN" in compare(torch.tensor([float("nan"), 2.0]), torch.tensor([1.0, 2.0]))

@@ -83,3 +83,9 @@ def test_line_search_restores_the_parameters_when_nothing_improves():
     x = torch.nn.Parameter(torch.tensor([0.5]))
     ok, frac = backtracking_line_search(lambda: -float(x.item()), lambda: 0.0, [x], torch.tensor([1.0]), 1.0, 1.0)
     assert not ok and frac == 0.0 and x.item() == 0.5
+
+
+def test_conjugate_gradient_stops_on_an_exact_solve_with_zero_tolerance():
+    A = torch.eye(3, dtype=torch.float64)
+    b = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    torch.testing.assert_close(conjugate_gradient(lambda v: A @ v, b, iters=10, tol=0.0), b)

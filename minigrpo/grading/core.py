@@ -223,7 +223,9 @@ def compare(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
         return "the result contains NaN"
     if torch.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
         return None
-    err = (g - e).abs()
+    if not torch.equal(torch.isfinite(g), torch.isfinite(e)):
+        return "NaN or inf where the expected result has none (or the other way round)"
+    err = torch.where(torch.isfinite(e), (g - e).abs(), torch.zeros_like(e))
     idx = tuple(int(i) for i in (err == err.max()).nonzero()[0]) if err.ndim else ()
     where = f" at index {idx}" if idx else ""
     return f"values differ: max |got − expected| = {err.max().item():.4g}{where}"
