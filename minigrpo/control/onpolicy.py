@@ -41,6 +41,7 @@ class OnPolicyConfig:
     eval_every_steps: int = 5_000  #: evaluate the deterministic policy this often (0: never)
     eval_episodes: int = 10  #: episodes per evaluation
     target_return: float | None = None  #: stop once an evaluation's mean reaches this (None: never)
+    reward_scale: float = 1.0  #: rewards are multiplied by this for learning only (logged returns stay raw)
 
     @property
     def batch_size(self) -> int:
@@ -166,7 +167,8 @@ def run_on_policy(cfg: OnPolicyConfig, name: str, make_update: Callable[[ActorCr
             t0 = time.perf_counter()
             ro = collector.collect(agent, cfg.num_steps)
             env_steps += cfg.batch_size
-            adv = gae(ro.rewards, ro.values, ro.next_values, ro.terminated, ro.truncated, cfg.gamma, cfg.gae_lambda)
+            adv = gae(ro.rewards * cfg.reward_scale, ro.values, ro.next_values, ro.terminated, ro.truncated,
+                      cfg.gamma, cfg.gae_lambda)
             returns = adv + ro.values
             metrics = update(agent, ro, adv, returns, it)
             metrics["explained_variance"] = explained_variance(ro.values.reshape(-1), returns.reshape(-1))

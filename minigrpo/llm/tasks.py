@@ -1,0 +1,126 @@
+"""Verifiable tasks: prompts, reference answers, and rewards computed by a program, not a model.
+
+- ``AdditionTask``: ``"47+38="`` → ``"85"``. One right answer.
+- ``CountdownTask``: ``"3,5,7>22:"`` → an expression using each number exactly once that equals
+  the target, e.g. ``"3*5+7"`` or ``"5*3+7"``. Many right answers: the policy can find its own.
+
+Each task has a fixed held-out evaluation set (problems never drawn for training) and two rewards:
+``format_reward`` (is the completion well formed and finished with EOS?) and ``correctness_reward``
+(is it right?). ``reward`` combines them: correctness + ``format_weight`` · format.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Problem:
+    prompt: str
+    answer: str  #: one reference answer (for SFT); the reward accepts any correct answer
+    meta: tuple = field(default=())  #: task-specific data (operands, numbers and target)
+
+
+class Task:
+    """Base class: subclasses define ``_draw``, ``is_well_formed`` and ``is_correct``."""
+
+    name = "task"
+    max_completion_length = 8
+    format_weight = 0.1
+
+    def __init__(self, eval_size: int = 200, eval_seed: int = 12345):
+        rng = random.Random(eval_seed)
+        held_out: dict[str, Problem] = {}
+        while len(held_out) < eval_size:
+            p = self._draw(rng)
+            held_out[p.prompt] = p
+        self.eval_set: list[Problem] = list(held_out.values())
+        self._held_out = set(held_out)
+
+    def _draw(self, rng: random.Random) -> Problem:
+        raise NotImplementedError
+
+    def sample(self, rng: random.Random) -> Problem:
+        """A training problem (never one of the held-out evaluation problems)."""
+        while True:
+            p = self._draw(rng)
+            if p.prompt not in self._held_out:
+                return p
+
+    def is_well_formed(self, completion: str) -> bool:
+        raise NotImplementedError
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        raise NotImplementedError
+
+    def format_reward(self, problem: Problem, completion: str, finished: bool = True) -> float:
+        """1 if the completion ended with EOS and has the task's shape, else 0."""
+        return float(finished and self.is_well_formed(completion))
+
+    def correctness_reward(self, problem: Problem, completion: str, finished: bool = True) -> float:
+        """1 if the completion ended with EOS and is a right answer, else 0."""
+        return float(finished and self.is_correct(problem, completion))
+
+    def reward(self, problem: Problem, completion: str, finished: bool = True) -> float:
+        return self.correctness_reward(problem, completion, finished) + \
+            self.format_weight * self.format_reward(problem, completion, finished)
+
+
+class AdditionTask(Task):
+    """``a+b=`` with ``digits``-digit operands; the answer is the sum in decimal."""
+
+    name = "addition"
+
+    def __init__(self, digits: int = 2, **kwargs):
+        self.digits = digits
+        self.max_completion_length = digits + 2  # the sum's digits, EOS, one spare
+        super().__init__(**kwargs)
+
+    def _draw(self, rng: random.Random) -> Problem:
+        lo, hi = 10 ** (self.digits - 1), 10**self.digits - 1
+        a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+        return Problem(f"{a}+{b}=", str(a + b), (a, b))
+
+    def is_well_formed(self, completion: str) -> bool:
+        return re.fullmatch(r"\d+", completion) is not None
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        return self.is_well_formed(completion) and int(completion) == sum(problem.meta)
+
+
+_EXPR = re.compile(r"\d+([+\-*]\d+)*")
+
+
+class CountdownTask(Task):
+    """Combine ``n_numbers`` one-digit numbers with + − × (each exactly once) to hit the target."""
+
+    name = "countdown"
+
+    def __init__(self, n_numbers: int = 3, ops: str = "+-*", **kwargs):
+        self.n_numbers, self.ops = n_numbers, ops
+        self.max_completion_length = 2 * n_numbers + 1
+        super().__init__(**kwargs)
+
+    def _draw(self, rng: random.Random) -> Problem:
+        while True:
+            numbers = [rng.randint(1, 9) for _ in range(self.n_numbers)]
+            expr = str(numbers[0]) + "".join(rng.choice(self.ops) + str(n) for n in numbers[1:])
+            target = eval(expr)  # noqa: S307 - digits and + - * only, built here
+            if 0 <= target <= 99:
+                shown = sorted(numbers)
+                return Problem(f"{','.join(map(str, shown))}>{target}:", expr, (tuple(shown), target))
+
+    def is_well_formed(self, completion: str) -> bool:
+        return _EXPR.fullmatch(completion) is not None
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        if not self.is_well_formed(completion):
+            return False
+        numbers, target = problem.meta
+        used = sorted(int(n) for n in re.findall(r"\d+", completion))
+        return used == list(numbers) and eval(completion) == target  # noqa: S307 - validated above
+
+
+TASKS = {"addition": AdditionTask, "countdown": CountdownTask}

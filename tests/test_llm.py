@@ -1,0 +1,195 @@
+"""The LLM stack: tokenizer, tiny models, sampling and masks, and the GRPO step's invariants."""
+
+import random
+
+import pytest
+import torch
+
+from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer, completion_logprobs, token_weights
+from minigrpo.llm.models import load_causal_lm, make_tiny_model, tiny_config
+from minigrpo.llm.sampling import completion_mask, encode_prompts, generate, process_logits, sequence_logprobs
+from minigrpo.llm.tasks import AdditionTask, CountdownTask, Problem
+from minigrpo.llm.tokenizer import build_char_tokenizer
+from minigrpo.losses import reinforce_loss
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tok):
+    return make_tiny_model(tok, "llama", seed=0, hidden_size=32, num_heads=4, num_kv_heads=2).eval()
+
+
+def test_tokenizer_roundtrip_and_save_load(tok, tmp_path):
+    ids = tok.encode("12+34=", add_special_tokens=False)
+    assert len(ids) == 6 and tok.decode(ids) == "12+34="
+    assert (tok.pad_token_id, tok.bos_token_id, tok.eos_token_id) == (0, 1, 2)
+    tok.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+    again = AutoTokenizer.from_pretrained(tmp_path)
+    assert again.encode("7*8", add_special_tokens=False) == tok.encode("7*8", add_special_tokens=False)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_tiny_models_and_loading_from_a_saved_folder(tok, arch, tmp_path):
+    m = make_tiny_model(tok, arch, seed=0, hidden_size=32).eval()
+    ids, mask = encode_prompts(tok, ["1+2=", "33+44="])
+    assert m(input_ids=ids, attention_mask=mask).logits.shape == (2, ids.shape[1], len(tok))
+    m.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    loaded, loaded_tok = load_causal_lm(str(tmp_path))
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(input_ids=ids, attention_mask=mask).logits,
+                                   m(input_ids=ids, attention_mask=mask).logits)
+    assert loaded_tok.padding_side == "left"
+
+
+def test_llama_config_uses_grouped_query_attention(tok):
+    cfg = tiny_config(tok, "llama", num_heads=4, num_kv_heads=2)
+    assert cfg.num_attention_heads == 4 and cfg.num_key_value_heads == 2
+
+
+def test_completion_mask_keeps_the_first_eos_even_when_pad_is_eos():
+    eos = 2
+    ids = torch.tensor([[5, 6, 2, 2, 2], [5, 2, 7, 2, 2], [5, 6, 7, 8, 9]])
+    assert completion_mask(ids, eos).tolist() == [[1, 1, 1, 0, 0], [1, 1, 0, 0, 0], [1, 1, 1, 1, 1]]
+
+
+def test_generation_logprobs_equal_one_forward_pass(tok, model):
+    """KV-cached, left-padded generation and a single forward pass score the same tokens alike."""
+    for temperature in (1.0, 0.7):
+        g = generate(model, tok, ["1+2=", "45+67="], num_generations=3, max_new_tokens=5, temperature=temperature,
+                     generator=torch.Generator().manual_seed(0))
+        lp = sequence_logprobs(model, g.prompt_ids, g.prompt_mask, g.completion_ids, temperature)
+        assert ((lp - g.sampler_logprobs).abs() * g.completion_mask).max() < 1e-5
+
+
+def test_top_k_and_top_p_keep_the_expected_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    assert torch.isfinite(process_logits(logits, top_k=2)).sum() == 2
+    assert torch.isfinite(process_logits(logits, top_p=0.7)).tolist() == [[True, True, False, False]]
+    with pytest.raises(ValueError, match="temperature"):
+        process_logits(logits, temperature=0.0)
+
+
+def test_tasks_reward_correct_and_well_formed_answers():
+    add = AdditionTask()
+    p = Problem("12+34=", "46", (12, 34))
+    assert add.reward(p, "46") == pytest.approx(1.1) and add.reward(p, "47") == pytest.approx(0.1)
+    assert add.reward(p, "4x") == 0.0 and add.reward(p, "46", finished=False) == 0.0
+    cd = CountdownTask()
+    q = Problem("3,5,7>22:", "3*5+7", ((3, 5, 7), 22))
+    assert cd.is_correct(q, "5*3+7") and cd.is_correct(q, "7+3*5") and not cd.is_correct(q, "3*5+8")
+    assert not cd.is_correct(q, "3*5+7+7")  # each number exactly once
+    held = {x.prompt for x in cd.eval_set}
+    rng = random.Random(0)
+    assert all(cd.sample(rng).prompt not in held for _ in range(300))
+
+
+def _trainer(tok, model, **kw):
+    cfg = GRPOConfig(**{"prompts_per_step": 4, "num_generations": 4, "eval_every": 0, "max_steps": 1, **kw})
+    return GRPOTrainer(model, tok, AdditionTask(eval_size=10), cfg)
+
+
+def _flat_grad(model):
+    return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                      for p in model.parameters()])
+
+
+def test_ratio_is_one_and_gradient_is_reinforce_with_mu_one(tok):
+    """μ = 1, old = logp.detach(): ρ = 1 exactly, and the loss gradient equals the policy gradient."""
+    model = make_tiny_model(tok, "llama", seed=1, hidden_size=32)
+    trainer = _trainer(tok, model, learning_rate=0.0, loss_type="dapo")
+    metrics = trainer.step()
+    assert metrics["ratio_min"] == metrics["ratio_max"] == 1.0
+    # recompute the gradient of the REINFORCE loss on a fresh batch by hand
+    torch.manual_seed(0)
+    problems, gen, rewards, _ = trainer.rollout()
+    from minigrpo.advantages import group_advantages
+    adv = group_advantages(rewards, 4)
+    rows = torch.arange(rewards.numel())
+    model.zero_grad()
+    logp = completion_logprobs(model, gen, rows, 1.0)
+    m = gen.completion_mask.bool()
+    reinforce_loss(logp[m], adv.unsqueeze(-1).expand_as(logp)[m]).backward()
+    g_reinforce = _flat_grad(model).clone()
+    model.zero_grad()
+    from minigrpo.losses import clipped_surrogate_terms
+    per_tok, ratio = clipped_surrogate_terms(logp := completion_logprobs(model, gen, rows, 1.0), logp.detach(),
+                                             adv.unsqueeze(-1).expand_as(logp), 0.2, 0.2)
+    assert torch.equal(ratio, torch.ones_like(ratio))
+    (per_tok * token_weights(gen.completion_mask, "dapo", 16, int(m.sum()), 4)).sum().backward()
+    torch.testing.assert_close(_flat_grad(model), g_reinforce, rtol=1e-5, atol=1e-7)
+
+
+def test_all_equal_groups_give_zero_gradient(tok, monkeypatch):
+    model = make_tiny_model(tok, "llama", seed=2, hidden_size=32)
+    trainer = _trainer(tok, model, learning_rate=0.0)
+    monkeypatch.setattr(trainer.task, "reward", lambda p, t, f=True: 1.0)  # every completion scores the same
+    metrics = trainer.step()
+    assert metrics["zero_std_frac"] == 1.0
+    assert _flat_grad(model).abs().max().item() == 0.0
+
+
+def test_tokens_after_eos_change_neither_loss_nor_gradient(tok):
+    model = make_tiny_model(tok, "llama", seed=3, hidden_size=32)
+    trainer = _trainer(tok, model)
+    _, gen, rewards, _ = trainer.rollout()
+    from minigrpo.advantages import group_advantages
+    adv = group_advantages(rewards + torch.arange(16.0) * 0.01, 4)  # non-zero advantages everywhere
+
+    def loss_and_grad(g):
+        model.zero_grad()
+        rows = torch.arange(16)
+        logp = completion_logprobs(model, g, rows, 1.0)
+        per_tok, _ = clipped_surrogate_terms(logp, logp.detach(), adv.unsqueeze(-1).expand_as(logp), 0.2, 0.2)
+        loss = (per_tok * token_weights(g.completion_mask, "grpo", 16, 0, 4)).sum()
+        loss.backward()
+        return loss.item(), _flat_grad(model).clone()
+
+    from minigrpo.losses import clipped_surrogate_terms
+    base_loss, base_grad = loss_and_grad(gen)
+    changed = torch.where(gen.completion_mask.bool(), gen.completion_ids, torch.full_like(gen.completion_ids, 7))
+    gen2 = type(gen)(gen.prompt_ids, gen.prompt_mask, changed, gen.completion_mask, gen.sampler_logprobs, gen.finished)
+    loss2, grad2 = loss_and_grad(gen2)
+    assert loss2 == pytest.approx(base_loss, abs=1e-7)
+    torch.testing.assert_close(grad2, base_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+def test_gradient_accumulation_keeps_each_normaliser_exact(tok, loss_type):
+    grads = []
+    for accumulation in (1, 4):
+        model = make_tiny_model(tok, "llama", seed=4, hidden_size=32)
+        trainer = _trainer(tok, model, learning_rate=0.0, loss_type=loss_type, gradient_accumulation_steps=accumulation)
+        trainer.step()
+        grads.append(_flat_grad(model))
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-7)
+
+
+def test_kl_to_the_reference_is_zero_at_the_start(tok):
+    model = make_tiny_model(tok, "llama", seed=5, hidden_size=32)
+    metrics = _trainer(tok, model, beta=0.1, learning_rate=0.0).step()
+    assert metrics["kl"] == 0.0
+    assert _trainer(tok, model, beta=0.0).ref is None  # beta = 0 loads no reference
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match="num_generations"):
+        GRPOConfig(num_generations=1)
+    with pytest.raises(ValueError, match="stochastic"):
+        GRPOConfig(temperature=0.0)
+    with pytest.raises(ValueError, match="loss_type"):
+        GRPOConfig(loss_type="ppo")
+    with pytest.raises(ValueError, match="divide"):
+        GRPOConfig(prompts_per_step=3, num_generations=3, gradient_accumulation_steps=2)
+
+
+def test_nan_reward_is_an_error(tok, model, monkeypatch):
+    trainer = _trainer(tok, model)
+    monkeypatch.setattr(trainer.task, "reward", lambda p, t, f=True: float("nan"))
+    with pytest.raises(ValueError, match="NaN"):
+        trainer.step()
