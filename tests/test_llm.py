@@ -80,10 +80,12 @@ def test_tasks_reward_correct_and_well_formed_answers():
     p = Problem("12+34=", "46", (12, 34))
     assert add.reward(p, "46") == pytest.approx(1.1) and add.reward(p, "47") == pytest.approx(0.1)
     assert add.reward(p, "4x") == 0.0 and add.reward(p, "46", finished=False) == 0.0
+    assert add.reward(p, "046") == 0.0
     cd = CountdownTask()
     q = Problem("3,5,7>22:", "3*5+7", ((3, 5, 7), 22))
     assert cd.is_correct(q, "5*3+7") and cd.is_correct(q, "7+3*5") and not cd.is_correct(q, "3*5+8")
     assert not cd.is_correct(q, "3*5+7+7")  # each number exactly once
+    assert not cd.is_well_formed("3*05+7") and cd.reward(q, "3*05+7") == 0.0  # no leading zeros
     held = {x.prompt for x in cd.eval_set}
     rng = random.Random(0)
     assert all(cd.sample(rng).prompt not in held for _ in range(300))

@@ -123,7 +123,12 @@ def train_ppo(config: PPOConfig | None = None, progress: bool = True) -> TrainRe
 #: 5k-step evaluation interval, and a learning rate of 2e-3 instead of 1e-3 (over 5 seeds: median
 #: 15k env steps to solve instead of 20k, and more consistent). No value clipping, as in rl-zoo.
 PRESETS: dict[str, dict] = {
-    "CartPole-v1": dict(num_envs=8, num_steps=25, num_minibatches=1, gamma=0.98, gae_lambda=0.8,
+    "CartPole-v1": dict(env_id="CartPole-v1", num_envs=8, num_steps=25, num_minibatches=1, gamma=0.98, gae_lambda=0.8,
                         update_epochs=20, learning_rate=2e-3, anneal_clip=True, ent_coef=0.0, clip_vloss=False,
+                        total_timesteps=100_000),
+    # rl-zoo's Pendulum settings without gSDE; scaling rewards by 0.1 (learning only) lets the
+    # critic fit returns of about -160 quickly. Seed 0: evaluation -145 from 80k steps on.
+    "Pendulum-v1": dict(env_id="Pendulum-v1", num_envs=4, num_steps=1024, gamma=0.9, gae_lambda=0.95, update_epochs=10,
+                        num_minibatches=64, learning_rate=1e-3, ent_coef=0.0, reward_scale=0.1,
                         total_timesteps=100_000),
 }

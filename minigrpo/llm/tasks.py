@@ -68,6 +68,9 @@ class Task:
             self.format_weight * self.format_reward(problem, completion, finished)
 
 
+_NUMBER = r"(?:0|[1-9]\d*)"  # no leading zeros: "02" is not a way to write 2
+
+
 class AdditionTask(Task):
     """``a+b=`` with ``digits``-digit operands; the answer is the sum in decimal."""
 
@@ -84,13 +87,13 @@ class AdditionTask(Task):
         return Problem(f"{a}+{b}=", str(a + b), (a, b))
 
     def is_well_formed(self, completion: str) -> bool:
-        return re.fullmatch(r"\d+", completion) is not None
+        return re.fullmatch(_NUMBER, completion) is not None
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
         return self.is_well_formed(completion) and int(completion) == sum(problem.meta)
 
 
-_EXPR = re.compile(r"\d+([+\-*]\d+)*")
+_EXPR = re.compile(rf"{_NUMBER}(?:[+\-*]{_NUMBER})*")
 
 
 class CountdownTask(Task):
