@@ -102,3 +102,13 @@ def test_a2c_learns_cartpole():
     result = train_a2c(A2CConfig(seed=0, total_timesteps=60_000, target_return=475, eval_every_steps=10_000),
                        progress=False)
     assert result.solved_at_step is not None, result.history["eval_return"]
+
+
+@pytest.mark.slow
+def test_ppo_pendulum_preset_reaches_minus_250():
+    """Continuous actions (diagonal Gaussian): the Pendulum preset's deterministic evaluation >= -250."""
+    from minigrpo.control.ppo import PRESETS
+
+    cfg = PPOConfig(**{**PRESETS["Pendulum-v1"], "seed": 0, "eval_every_steps": 20_000, "target_return": -250})
+    result = train_ppo(cfg, progress=False)
+    assert result.solved_at_step is not None, result.history["eval_return"]
