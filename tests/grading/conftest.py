@@ -27,3 +27,16 @@ def learner(grade_source):
         return cache[exercise]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def learner_fn(learner):
+    """``learner_fn(exercise, name)`` -> the learner's function, or a clear failure if undefined."""
+
+    def get(exercise: str, name: str):
+        fn = learner(exercise).get(name)
+        if fn is None:
+            pytest.fail(f"`{name}` is not defined by exercise {exercise}'s notebook (did its cell run?)")
+        return fn
+
+    return get

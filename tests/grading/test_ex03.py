@@ -10,48 +10,34 @@ explicitly from score outer products.
 import pytest
 import torch
 
-from minigrpo.grading import items, run_item
 from minigrpo.grading.ex03 import explicit_fisher, random_spd, tiny_categorical_problem
 
 EXERCISE = "03"
 
 
-@pytest.mark.parametrize("item", items(EXERCISE), ids=lambda i: f"{i.id}-{i.function}")
-def test_item(item, learner):
-    result = run_item(item, learner(EXERCISE).get(item.function))
-    assert result.passed, "\n" + result.report()
-
-
-def _fn(learner, name):
-    fn = learner(EXERCISE).get(name)
-    if fn is None:
-        pytest.fail(f"`{name}` is not defined by the notebook")
-    return fn
-
-
 # ----------------------------------------------------------------------------- 03.1 conjugate_gradient
 
 @pytest.mark.parametrize("n,cond", [(2, None), (5, None), (12, 1e2), (30, None), (60, 1e4)])
-def test_cg_matches_a_direct_solve(learner, n, cond):
-    cg = _fn(learner, "conjugate_gradient")
+def test_cg_matches_a_direct_solve(learner_fn, n, cond):
+    cg = learner_fn(EXERCISE, "conjugate_gradient")
     A = random_spd(n, seed=n, cond=cond)
     b = torch.randn(n, generator=torch.Generator().manual_seed(1000 + n), dtype=torch.float64)
     x = cg(lambda v: A @ v, b.clone(), 10 * n, 1e-26)
     torch.testing.assert_close(x, torch.linalg.solve(A, b), rtol=1e-6, atol=1e-8)
 
 
-def test_cg_is_exact_in_n_steps_on_distinct_eigenvalues(learner):
+def test_cg_is_exact_in_n_steps_on_distinct_eigenvalues(learner_fn):
     """In exact arithmetic CG needs at most n iterations; steepest descent does not get there."""
-    cg = _fn(learner, "conjugate_gradient")
+    cg = learner_fn(EXERCISE, "conjugate_gradient")
     A = random_spd(6, seed=42, cond=10.0)
     b = torch.ones(6, dtype=torch.float64)
     x = cg(lambda v: A @ v, b, 6, 1e-30)
     torch.testing.assert_close(A @ x, b, rtol=1e-8, atol=1e-8)
 
 
-def test_cg_needs_only_as_many_iterations_as_distinct_eigenvalues(learner):
+def test_cg_needs_only_as_many_iterations_as_distinct_eigenvalues(learner_fn):
     """With two distinct eigenvalues, two iterations solve a 50×50 system."""
-    cg = _fn(learner, "conjugate_gradient")
+    cg = learner_fn(EXERCISE, "conjugate_gradient")
     q, _ = torch.linalg.qr(torch.randn(50, 50, generator=torch.Generator().manual_seed(0), dtype=torch.float64))
     eig = torch.cat([torch.full((25,), 1.0), torch.full((25,), 7.0)]).double()
     A = (q * eig) @ q.T
@@ -60,8 +46,8 @@ def test_cg_needs_only_as_many_iterations_as_distinct_eigenvalues(learner):
     torch.testing.assert_close(x, torch.linalg.solve(A, b), rtol=1e-8, atol=1e-8)
 
 
-def test_cg_uses_one_product_per_iteration_and_respects_iters(learner):
-    cg = _fn(learner, "conjugate_gradient")
+def test_cg_uses_one_product_per_iteration_and_respects_iters(learner_fn):
+    cg = learner_fn(EXERCISE, "conjugate_gradient")
     A = random_spd(10, seed=3)
     calls = []
 
@@ -73,17 +59,17 @@ def test_cg_uses_one_product_per_iteration_and_respects_iters(learner):
     assert len(calls) <= 5, f"{len(calls)} products for 4 iterations: one per iteration is enough"
 
 
-def test_cg_does_not_modify_b(learner):
+def test_cg_does_not_modify_b(learner_fn):
     b = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
-    _fn(learner, "conjugate_gradient")(lambda v: 2 * v, b, 3)
+    learner_fn(EXERCISE, "conjugate_gradient")(lambda v: 2 * v, b, 3)
     assert b.tolist() == [1.0, 2.0, 3.0], "conjugate_gradient changed the vector b it was given"
 
 
 # ----------------------------------------------------------------------------- 03.2 fisher_vector_product
 
 @pytest.mark.parametrize("seed,hidden,n_actions", [(0, (4,), 3), (1, (5, 3), 2), (2, (6,), 5)])
-def test_fvp_matches_an_explicit_fisher_matrix(learner, seed, hidden, n_actions):
-    fvp_fn = _fn(learner, "fisher_vector_product")
+def test_fvp_matches_an_explicit_fisher_matrix(learner_fn, seed, hidden, n_actions):
+    fvp_fn = learner_fn(EXERCISE, "fisher_vector_product")
     net, params, obs, mean_kl = tiny_categorical_problem(seed, hidden=hidden, n_actions=n_actions, n_states=7)
     F = explicit_fisher(net, obs)
     damping = 0.07
@@ -96,10 +82,10 @@ def test_fvp_matches_an_explicit_fisher_matrix(learner, seed, hidden, n_actions)
         torch.testing.assert_close(got, F @ v + damping * v, rtol=1e-7, atol=1e-10)
 
 
-def test_fvp_is_symmetric(learner):
+def test_fvp_is_symmetric(learner_fn):
     """F is symmetric, so uᵀ(F v) = vᵀ(F u) for any u, v."""
     _, params, _, mean_kl = tiny_categorical_problem(5, hidden=(8, 8), n_actions=4, n_states=9)
-    fvp = _fn(learner, "fisher_vector_product")(mean_kl, params, 0.1)
+    fvp = learner_fn(EXERCISE, "fisher_vector_product")(mean_kl, params, 0.1)
     n = sum(p.numel() for p in params)
     g = torch.Generator().manual_seed(5)
     for _ in range(3):
@@ -107,10 +93,10 @@ def test_fvp_is_symmetric(learner):
         torch.testing.assert_close(u @ fvp(v), v @ fvp(u), rtol=1e-9, atol=1e-12)
 
 
-def test_fvp_is_positive_definite_with_damping(learner):
+def test_fvp_is_positive_definite_with_damping(learner_fn):
     _, params, _, mean_kl = tiny_categorical_problem(6, hidden=(6,), n_actions=3)
     damping = 0.1
-    fvp = _fn(learner, "fisher_vector_product")(mean_kl, params, damping)
+    fvp = learner_fn(EXERCISE, "fisher_vector_product")(mean_kl, params, damping)
     n = sum(p.numel() for p in params)
     g = torch.Generator().manual_seed(6)
     for _ in range(5):
@@ -118,19 +104,19 @@ def test_fvp_is_positive_definite_with_damping(learner):
         assert v @ fvp(v) >= damping * (v @ v) * (1 - 1e-9), "vᵀ(F + damping·I)v must be at least damping·|v|²"
 
 
-def test_fvp_does_not_change_the_parameters(learner):
+def test_fvp_does_not_change_the_parameters(learner_fn):
     _, params, _, mean_kl = tiny_categorical_problem(7)
     before = [p.detach().clone() for p in params]
-    fvp = _fn(learner, "fisher_vector_product")(mean_kl, params, 0.1)
+    fvp = learner_fn(EXERCISE, "fisher_vector_product")(mean_kl, params, 0.1)
     fvp(torch.ones(sum(p.numel() for p in params), dtype=torch.float64))
     for p, q in zip(params, before):
         assert torch.equal(p.detach(), q), "fisher_vector_product modified the policy's parameters"
 
 
-def test_cg_with_fvp_gives_the_natural_gradient(learner):
+def test_cg_with_fvp_gives_the_natural_gradient(learner_fn):
     """Learner's CG on learner's FVP solves (F + λI) x = g, against a direct solve with the explicit F."""
-    cg = _fn(learner, "conjugate_gradient")
-    fvp_fn = _fn(learner, "fisher_vector_product")
+    cg = learner_fn(EXERCISE, "conjugate_gradient")
+    fvp_fn = learner_fn(EXERCISE, "fisher_vector_product")
     net, params, obs, mean_kl = tiny_categorical_problem(8, hidden=(4,), n_actions=3, n_states=6)
     F = explicit_fisher(net, obs)
     damping = 0.1
@@ -143,8 +129,8 @@ def test_cg_with_fvp_gives_the_natural_gradient(learner):
 # ----------------------------------------------------------------------------- 03.3 trpo_full_step
 
 @pytest.mark.parametrize("seed", range(5))
-def test_full_step_lands_on_the_boundary_along_x(learner, seed):
-    step = _fn(learner, "trpo_full_step")
+def test_full_step_lands_on_the_boundary_along_x(learner_fn, seed):
+    step = learner_fn(EXERCISE, "trpo_full_step")
     g = torch.Generator().manual_seed(seed)
     n = int(torch.randint(1, 40, (1,), generator=g))
     F = random_spd(n, seed=seed)
@@ -156,8 +142,8 @@ def test_full_step_lands_on_the_boundary_along_x(learner, seed):
     assert cos > 1 - 1e-12, "the full step must point along the search direction x (a positive multiple of it)"
 
 
-def test_full_step_scales_with_the_square_root_of_delta(learner):
-    step = _fn(learner, "trpo_full_step")
+def test_full_step_scales_with_the_square_root_of_delta(learner_fn):
+    step = learner_fn(EXERCISE, "trpo_full_step")
     x, Fx = torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([3.0, 1.0], dtype=torch.float64)
     ratio = step(x, Fx, 0.04).norm() / step(x, Fx, 0.01).norm()
     assert abs(float(ratio) - 2.0) < 1e-12, f"quadrupling δ should double the step, it multiplied it by {float(ratio):.4g}"

@@ -9,22 +9,8 @@ below test random batches against what the clipped objective must satisfy.
 import pytest
 import torch
 
-from minigrpo.grading import items, run_item
 
 EXERCISE = "04"
-
-
-@pytest.mark.parametrize("item", items(EXERCISE), ids=lambda i: f"{i.id}-{i.function}")
-def test_item(item, learner):
-    result = run_item(item, learner(EXERCISE).get(item.function))
-    assert result.passed, "\n" + result.report()
-
-
-def _fn(learner, name):
-    fn = learner(EXERCISE).get(name)
-    if fn is None:
-        pytest.fail(f"`{name}` is not defined by the notebook")
-    return fn
 
 
 def _batch(seed, n=200, spread=0.5):
@@ -39,11 +25,11 @@ CASES = [(seed, eps) for seed in range(4) for eps in (0.1, 0.2, 0.3)]
 
 
 @pytest.mark.parametrize("seed,eps", CASES)
-def test_gradient_is_zero_exactly_where_the_clip_acts(learner, seed, eps):
+def test_gradient_is_zero_exactly_where_the_clip_acts(learner_fn, seed, eps):
     """d loss / d logp_i = 0 when (A > 0, r > 1 + ε) or (A < 0, r < 1 − ε), else −r_i·A_i / N."""
     logp, old, adv = _batch(seed)
     logp.requires_grad_()
-    _fn(learner, "clipped_surrogate_loss")(logp, old, adv, eps).backward()
+    learner_fn(EXERCISE, "clipped_surrogate_loss")(logp, old, adv, eps).backward()
     assert logp.grad is not None, "no gradient reached logp"
     r = torch.exp(logp.detach() - old)
     clipped = ((adv > 0) & (r > 1 + eps)) | ((adv < 0) & (r < 1 - eps))
@@ -54,10 +40,10 @@ def test_gradient_is_zero_exactly_where_the_clip_acts(learner, seed, eps):
 
 
 @pytest.mark.parametrize("seed,eps", CASES)
-def test_loss_is_a_pessimistic_bound(learner, seed, eps):
+def test_loss_is_a_pessimistic_bound(learner_fn, seed, eps):
     """min(rA, clip(r)A) ≤ rA per sample, so the loss is ≥ the unclipped surrogate loss −mean(rA);
     and it equals it when every ratio lies inside the clip range."""
-    loss_fn = _fn(learner, "clipped_surrogate_loss")
+    loss_fn = learner_fn(EXERCISE, "clipped_surrogate_loss")
     logp, old, adv = _batch(seed)
     unclipped = -(torch.exp(logp - old) * adv).mean()
     assert float(loss_fn(logp, old, adv, eps)) >= float(unclipped) - 1e-12
@@ -67,26 +53,26 @@ def test_loss_is_a_pessimistic_bound(learner, seed, eps):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_clip_fraction_is_the_share_of_zero_gradients(learner, seed):
+def test_clip_fraction_is_the_share_of_zero_gradients(learner_fn, seed):
     """The clip fraction counts exactly the samples whose loss gradient is zero (A ≠ 0 here)."""
     logp, old, adv = _batch(seed)
     logp.requires_grad_()
-    _fn(learner, "clipped_surrogate_loss")(logp, old, adv, 0.2).backward()
+    learner_fn(EXERCISE, "clipped_surrogate_loss")(logp, old, adv, 0.2).backward()
     zero_share = (logp.grad == 0).double().mean()
-    got = _fn(learner, "ppo_clip_fraction")(logp.detach(), old, adv, 0.2)
+    got = learner_fn(EXERCISE, "ppo_clip_fraction")(logp.detach(), old, adv, 0.2)
     assert abs(float(got) - float(zero_share)) < 1e-6  # a share of 200 samples: steps of 0.005
 
 
-def test_clip_fraction_grows_as_the_policy_moves(learner):
-    clip_fraction = _fn(learner, "ppo_clip_fraction")
+def test_clip_fraction_grows_as_the_policy_moves(learner_fn):
+    clip_fraction = learner_fn(EXERCISE, "ppo_clip_fraction")
     fracs = [float(clip_fraction(*_batch(0, 2000, spread), 0.2)) for spread in (0.0, 0.1, 0.3, 1.0)]
     assert fracs[0] == 0.0 and fracs == sorted(fracs) and 0.0 <= fracs[-1] <= 0.5
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_k3_is_nonnegative_and_matches_the_exact_kl(learner, seed):
+def test_k3_is_nonnegative_and_matches_the_exact_kl(learner_fn, seed):
     """Actions drawn from π_old: the k3 average estimates KL(π_old ‖ π_θ) of two categoricals."""
-    approx_kl = _fn(learner, "approx_kl")
+    approx_kl = learner_fn(EXERCISE, "approx_kl")
     g = torch.Generator().manual_seed(seed)
     old_logits, new_logits = torch.randn(6, generator=g, dtype=torch.float64), torch.randn(6, generator=g, dtype=torch.float64)
     old_logits, new_logits = old_logits.log_softmax(0), (old_logits + 0.5 * new_logits).log_softmax(0)
