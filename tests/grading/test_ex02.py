@@ -2,8 +2,7 @@
 
 By default they grade solutions/02_actor_critic_gae.ipynb (and must pass). To grade your own work:
     python -m pytest tests/grading/test_ex02.py --grade-source exercises
-Each item runs every case (the notebook's check cell runs only the quick ones); the properties
-below compare your functions with literal float64 loops written from the definitions.
+The items' cases run in test_items.py; the properties below compare your functions with literal float64 loops written from the definitions.
 """
 
 import pytest

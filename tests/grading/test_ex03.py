@@ -2,8 +2,7 @@
 
 By default they grade solutions/03_trpo.ipynb (and must pass). To grade your own work:
     python -m pytest tests/grading/test_ex03.py --grade-source exercises
-Each item runs every case (the notebook's check cell runs only the quick ones); the tests below
-compare your functions with independent oracles: a direct linear solve, and a Fisher matrix built
+The items' cases run in test_items.py; the tests below compare your functions with independent oracles: a direct linear solve, and a Fisher matrix built
 explicitly from score outer products.
 """
 

@@ -2,8 +2,7 @@
 
 By default they grade solutions/04_ppo.ipynb (and must pass). To grade your own work:
     python -m pytest tests/grading/test_ex04.py --grade-source exercises
-Each item runs every case (the notebook's check cell runs only the quick ones); the properties
-below test random batches against what the clipped objective must satisfy.
+The items' cases run in test_items.py; the properties below test random batches against what the clipped objective must satisfy.
 """
 
 import pytest
