@@ -179,4 +179,7 @@ def group_advantages(rewards: Any, group_size: int, scale: str = "group", eps: f
         centred = centred / (groups.std(dim=1, keepdim=True) + eps)
     elif scale == "batch":
         centred = centred / (r.std() + eps)
-    return centred.reshape(-1)
+    # An all-equal group carries no signal: make it exactly 0 (in float32 the mean of eight 0.1s
+    # is not exactly 0.1, and the rounding error divided by eps would become a tiny advantage).
+    all_equal = (groups == groups[:, :1]).all(dim=1, keepdim=True)
+    return torch.where(all_equal, torch.zeros_like(centred), centred).reshape(-1)

@@ -188,6 +188,9 @@ def test_group_advantages_are_per_group():
 def test_all_equal_group_gives_zero_not_nan():
     adv = group_advantages(torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 0.0]), 3)
     assert adv[:3].tolist() == [0.0, 0.0, 0.0] and torch.isfinite(adv).all()
+    # exactly zero even where float32 rounding makes the mean differ from the rewards
+    for scale in ("group", "batch", "none"):
+        assert group_advantages(torch.full((8,), 0.1), 8, scale=scale).abs().max().item() == 0.0
 
 
 @pytest.mark.parametrize("rewards,g,match", [
