@@ -195,3 +195,20 @@ def test_nan_reward_is_an_error(tok, model, monkeypatch):
     monkeypatch.setattr(trainer.task, "reward", lambda p, t, f=True: float("nan"))
     with pytest.raises(ValueError, match="NaN"):
         trainer.step()
+
+
+def test_grpo_raises_the_reward_on_a_fixed_seed():
+    """A short SFT, then 60 GRPO steps: the training reward rises (countdown recipe, smaller)."""
+    import numpy as np
+    from dataclasses import replace
+
+    from minigrpo.llm.recipes import RECIPES, run_recipe
+    from minigrpo.utils import torch_threads
+
+    recipe = RECIPES["countdown"]
+    recipe = replace(recipe, sft=replace(recipe.sft, steps=250),
+                     grpo=replace(recipe.grpo, max_steps=60, prompts_per_step=16, learning_rate=1e-3))
+    with torch_threads(1):
+        result = run_recipe(recipe, seed=0, progress=False, evaluate=False)
+    reward = result.grpo.history["reward_mean"]
+    assert np.mean(reward[-10:]) > np.mean(reward[:10]) + 0.05, reward
