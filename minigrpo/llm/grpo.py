@@ -138,7 +138,7 @@ class GRPOTrainer:
         if cfg.beta > 0:
             self.ref = ref_model if ref_model is not None else copy.deepcopy(model)
             self.ref.eval().requires_grad_(False)
-        self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0)
+        self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0, foreach=True)
         self.rng = random.Random(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step_count = 0

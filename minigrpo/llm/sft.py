@@ -53,7 +53,7 @@ def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, pro
     cfg = config or SFTConfig()
     rng = random.Random(cfg.seed)
     device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / cfg.steps)))
     model.train()
