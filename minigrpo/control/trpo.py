@@ -75,7 +75,7 @@ def make_trpo_update(cfg: TRPOConfig):
                 kl, after = mean_kl().item(), surrogate().item()
                 entropy = agent.dist(obs).entropy().mean().item()
 
-            b_ret, b_val = returns.reshape(-1), ro.values.reshape(-1)
+            b_ret = returns.reshape(-1)
             n = obs.shape[0]
             mb = max(1, n // cfg.vf_minibatches)
             for _ in range(cfg.vf_iters):
