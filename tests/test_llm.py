@@ -212,3 +212,11 @@ def test_grpo_raises_the_reward_on_a_fixed_seed():
         result = run_recipe(recipe, seed=0, progress=False, evaluate=False)
     reward = result.grpo.history["reward_mean"]
     assert np.mean(reward[-10:]) > np.mean(reward[:10]) + 0.05, reward
+
+
+def test_token_weights_sum_to_the_batch_normaliser_in_the_loss_dtype():
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    w = token_weights(mask, "grpo", num_sequences=2, num_tokens=3, max_completion_length=3, dtype=torch.float64)
+    assert w.dtype == torch.float64 and w.sum().item() == pytest.approx(1.0)  # each sequence weighs 1/2
+    assert token_weights(mask, "dapo", 2, 3, 3).sum().item() == pytest.approx(1.0)  # each token 1/3
+    assert token_weights(mask, "dr_grpo", 2, 3, 3).sum().item() == pytest.approx(3 / 6)  # constant 2 * 3

@@ -2,7 +2,13 @@
 
 from minigrpo.control.a2c import A2CConfig, train_a2c
 from minigrpo.control.agents import ActorCritic
-from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, make_vec_env
+from minigrpo.control.onpolicy import (
+    OnPolicyConfig,
+    Rollout,
+    TrainResult,
+    explained_variance,
+    make_vec_env,
+)
 from minigrpo.control.policies import CategoricalMLPPolicy, MLPValue, mlp
 from minigrpo.control.ppo import PPOConfig, train_ppo
 from minigrpo.control.reinforce import ReinforceConfig, ReinforceResult, train_reinforce
@@ -25,6 +31,7 @@ __all__ = [
     "TrainResult",
     "collect_episodes",
     "evaluate",
+    "explained_variance",
     "make_envs",
     "make_vec_env",
     "mlp",

@@ -105,13 +105,13 @@ def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temp
 
 
 def token_weights(mask: torch.Tensor, loss_type: str, num_sequences: int, num_tokens: int,
-                  max_completion_length: int) -> torch.Tensor:
+                  max_completion_length: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Per-token weights whose sum over a micro-batch gives its share of the batch loss.
 
     Counting ``num_sequences``/``num_tokens`` over the *whole* batch keeps gradient accumulation
     exact: the micro-batch losses add up to the full-batch loss.
     """
-    m = mask.float()
+    m = mask.to(dtype)
     if loss_type == "grpo":
         return m / m.sum(-1, keepdim=True).clamp(min=1) / num_sequences
     if loss_type == "dapo":
@@ -206,7 +206,7 @@ class GRPOTrainer:
                     kl = kl_estimate(logp, ref_logp[sl], cfg.kl_estimator)
                     per_tok = per_tok + cfg.beta * kl
                     kls.append(((kl.detach() * m).sum() / m.sum().clamp(min=1)).item())
-                w = token_weights(m, cfg.loss_type, n_seq, n_tok, self.max_len)
+                w = token_weights(m, cfg.loss_type, n_seq, n_tok, self.max_len, per_tok.dtype)
                 (per_tok * w).sum().backward()
                 if it == cfg.num_iterations - 1:
                     stats.append(clip_statistics(ratio, a, cfg.epsilon, eps_high, m))
