@@ -87,6 +87,18 @@ class WrongAnswer:
     hint: str
 
 
+def checked_by(reference: Callable, mistake: Callable) -> Callable:
+    """A typical mistake behind the reference's input checks: calls ``reference`` first (so it raises
+    exactly where the reference raises), then returns ``mistake``'s result. The mistake's hint is
+    then never shown for a missing ValueError, only for the arithmetic it gets wrong."""
+
+    def wrapped(*args, **kwargs):
+        reference(*args, **kwargs)
+        return mistake(*args, **kwargs)
+
+    return wrapped
+
+
 @dataclass
 class Item:
     exercise: str  #: "01"

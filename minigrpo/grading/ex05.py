@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from minigrpo.advantages import group_advantages as package_group_advantages
-from minigrpo.grading.core import Case, Item, WrongAnswer
+from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
 
 TITLE = "from PPO to GRPO"
 
@@ -29,18 +29,6 @@ def _random_groups(num_prompts: int, group_size: int, seed: int) -> torch.Tensor
 def _as_float(x) -> torch.Tensor:
     x = torch.as_tensor(x)
     return x if x.is_floating_point() else x.float()
-
-
-def _validated(fn):
-    """A typical mistake in the arithmetic, with the reference's input checks in front of it, so that its hint
-    is never shown for a missing ValueError."""
-
-    def wrapped(rewards, group_size, *args, **kwargs):
-        scale = kwargs.get("scale", args[0] if args else "group")
-        package_group_advantages(rewards, group_size, scale=scale)  # raises exactly where the reference raises
-        return fn(rewards, group_size, *args, **kwargs)
-
-    return wrapped
 
 
 # --------------------------------------------------------------------------- 05.1 group_advantages
@@ -182,34 +170,34 @@ GROUP_ADVANTAGES = Item(
     exercise="05", number=1, function="group_advantages", title="GRPO's group-relative advantages",
     reference=group_advantages, cases=GA_CASES,
     wrong_answers=[
-        WrongAnswer("population std", _validated(_ga_population_std),
+        WrongAnswer("population std", checked_by(package_group_advantages, _ga_population_std),
                     "you divided by the population std (÷ G, unbiased=False, like np.std); the convention here is "
                     "the sample std with Bessel's correction (÷ (G − 1)), what torch.std computes by default."),
-        WrongAnswer("whole-batch statistics", _validated(_ga_whole_batch),
+        WrongAnswer("whole-batch statistics", checked_by(package_group_advantages, _ga_whole_batch),
                     "you used the mean and std of the whole batch; each prompt is its own group: reshape to "
                     "[num_prompts, group_size] and take the mean and std along dim=1."),
-        WrongAnswer("batch mean", _validated(_ga_batch_mean),
+        WrongAnswer("batch mean", checked_by(package_group_advantages, _ga_batch_mean),
                     "you subtracted the mean of the whole batch; subtract each group's own mean (the baseline is "
                     "the average reward of the other answers to the same prompt)."),
-        WrongAnswer("batch std for scale='group'", _validated(_ga_batch_std_for_group),
+        WrongAnswer("batch std for scale='group'", checked_by(package_group_advantages, _ga_batch_std_for_group),
                     "with scale='group' divide by each group's own std; dividing every group by the std of the whole "
                     "batch is scale='batch'."),
-        WrongAnswer("strided groups", _validated(_ga_strided),
+        WrongAnswer("strided groups", checked_by(package_group_advantages, _ga_strided),
                     "your groups are strided (rewards[j::num_prompts]); the layout is contiguous: the first "
                     "group_size rewards are prompt 0's, the next group_size prompt 1's — rewards.view(-1, group_size)."),
-        WrongAnswer("no eps", _validated(_ga_no_eps),
+        WrongAnswer("no eps", checked_by(package_group_advantages, _ga_no_eps),
                     "add eps to the std: (r − mean) / (std + eps). Without it an all-equal group divides 0 by 0 "
                     "(NaN), and the values are slightly off everywhere else."),
-        WrongAnswer("eps inside the square root", _validated(_ga_eps_in_variance),
+        WrongAnswer("eps inside the square root", checked_by(package_group_advantages, _ga_eps_in_variance),
                     "you added eps to the variance (sqrt(var + eps)); the convention is to add it to the std: "
                     "(r − mean) / (std + eps). The two differ a lot when the std is small."),
-        WrongAnswer("no centring", _validated(_ga_no_centring),
+        WrongAnswer("no centring", checked_by(package_group_advantages, _ga_no_centring),
                     "subtract the group's mean before dividing: the advantage says how much better an answer was "
                     "than the other answers to the same prompt, so it must average to 0 within each group."),
-        WrongAnswer("batch std of the centred rewards", _validated(_ga_batch_std_of_centred),
+        WrongAnswer("batch std of the centred rewards", checked_by(package_group_advantages, _ga_batch_std_of_centred),
                     "for scale='batch' divide by the std of the raw rewards of the whole batch (rewards.std()), "
                     "not by the std of the group-centred values."),
-        WrongAnswer("scale ignored", _validated(_ga_ignores_scale),
+        WrongAnswer("scale ignored", checked_by(package_group_advantages, _ga_ignores_scale),
                     "honour the scale argument: 'group' divides by each group's std, 'batch' by the whole batch's "
                     "std, 'none' only subtracts the group mean."),
     ],
@@ -279,21 +267,21 @@ RLOO_ADVANTAGES = Item(
     exercise="05", number=2, function="rloo_advantages", title="the leave-one-out (RLOO) baseline",
     reference=rloo_advantages, cases=RLOO_CASES,
     wrong_answers=[
-        WrongAnswer("leave-in mean", _validated(_rloo_leave_in),
+        WrongAnswer("leave-in mean", checked_by(package_group_advantages, _rloo_leave_in),
                     "you subtracted the group mean, which includes r_i itself (GRPO's leave-in baseline, biased by "
                     "(G − 1)/G); RLOO's baseline is the mean of the *other* G − 1 rewards: (sum − r_i) / (G − 1)."),
-        WrongAnswer("divided by G", _validated(_rloo_divide_by_g),
+        WrongAnswer("divided by G", checked_by(package_group_advantages, _rloo_divide_by_g),
                     "the mean of the other answers divides their sum by G − 1 (there are G − 1 of them), not by G."),
-        WrongAnswer("whole-batch leave-one-out", _validated(_rloo_batch),
+        WrongAnswer("whole-batch leave-one-out", checked_by(package_group_advantages, _rloo_batch),
                     "you averaged the other rewards of the whole batch; only the other answers to the *same* prompt "
                     "(the same group) form the baseline."),
-        WrongAnswer("strided groups", _validated(_rloo_strided),
+        WrongAnswer("strided groups", checked_by(package_group_advantages, _rloo_strided),
                     "your groups are strided (rewards[j::num_prompts]); the layout is contiguous — "
                     "rewards.view(-1, group_size) puts each prompt's answers in one row."),
-        WrongAnswer("sign", _validated(_rloo_sign),
+        WrongAnswer("sign", checked_by(package_group_advantages, _rloo_sign),
                     "sign error: the advantage is r_i minus the baseline, so the better-than-the-others answers get "
                     "positive values."),
-        WrongAnswer("divided by the std", _validated(_rloo_with_std),
+        WrongAnswer("divided by the std", checked_by(package_group_advantages, _rloo_with_std),
                     "RLOO here is mean-only: no division by the std (that would re-introduce GRPO's difficulty "
                     "weighting). Return r_i − mean of the others."),
     ],

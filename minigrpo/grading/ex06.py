@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from minigrpo.grading.core import Case, Item, WrongAnswer
+from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
 
 TITLE = "GRPO for an LLM"
 
@@ -31,17 +31,6 @@ def completion_token_logprobs(logits, input_ids, completion_mask, prompt_len, te
     logp_all = torch.log_softmax(logits[:, P - 1:T - 1] / temperature, dim=-1)
     logp = logp_all.gather(-1, input_ids[:, P:].unsqueeze(-1)).squeeze(-1)
     return torch.where(completion_mask.bool(), logp, torch.zeros_like(logp))
-
-
-def _validated(fn):
-    """A mistake in the arithmetic, behind the reference's shape checks (its hint is never shown for a
-    missing ValueError)."""
-
-    def wrapped(logits, input_ids, completion_mask, prompt_len, temperature=1.0):
-        _check_shapes(logits, input_ids, completion_mask, prompt_len)
-        return fn(logits, input_ids, completion_mask, prompt_len, temperature)
-
-    return wrapped
 
 
 def _gather(logp_all, input_ids, P):
@@ -122,19 +111,19 @@ COMPLETION_TOKEN_LOGPROBS = Item(
     exercise="06", number=1, function="completion_token_logprobs", title="log-probs of the completion tokens",
     reference=completion_token_logprobs, cases=CTL_CASES,
     wrong_answers=[
-        WrongAnswer("off by one", _validated(_ctl_off_by_one),
+        WrongAnswer("off by one", checked_by(completion_token_logprobs, _ctl_off_by_one),
                     "off by one: the logits at position t predict token t + 1, so completion token P + j is scored by "
                     "logits[:, P − 1 + j] — take logits[:, P − 1 : T − 1], not logits[:, P:]."),
-        WrongAnswer("temperature forgotten", _validated(_ctl_no_temperature),
+        WrongAnswer("temperature forgotten", checked_by(completion_token_logprobs, _ctl_no_temperature),
                     "divide the logits by the temperature before the log-softmax: the sampler drew from "
                     "softmax(logits / T), so that is the distribution whose log-probs you need."),
-        WrongAnswer("temperature after log_softmax", _validated(_ctl_temperature_after),
+        WrongAnswer("temperature after log_softmax", checked_by(completion_token_logprobs, _ctl_temperature_after),
                     "you divided the log-probs by T; the temperature scales the logits *before* normalising: "
                     "log_softmax(logits / T). log_softmax(logits) / T is not a log-distribution."),
-        WrongAnswer("mask not applied", _validated(_ctl_no_mask),
+        WrongAnswer("mask not applied", checked_by(completion_token_logprobs, _ctl_no_mask),
                     "set the masked positions (tokens after the first EOS, which were never sampled) to 0: "
                     "multiply by completion_mask, or use torch.where."),
-        WrongAnswer("softmax", _validated(_ctl_softmax),
+        WrongAnswer("softmax", checked_by(completion_token_logprobs, _ctl_softmax),
                     "you returned probabilities; return log-probabilities: log_softmax, not softmax (all values "
                     "should be <= 0)."),
     ],
