@@ -11,6 +11,14 @@ One step:
    by ``loss_type``. With μ = 1 the batch is used once and ``old = current.detach()``: ρ = 1
    exactly, and the gradient is the plain policy gradient with the group baseline.
 
+Truncated importance sampling (``vllm_importance_sampling_correction``, off by default; lesson 07).
+When the tokens come from a sampler whose log-probs differ from the trainer's (another engine, other
+kernels, bf16, stale weights), the batch is *not* on-policy for the trainer, and treating it as if it
+were biases the gradient. Each token's loss is then weighted by
+``w = min(π_θold(trainer) / π_sampler, C)`` (detached; ``C = vllm_importance_sampling_clip_max``),
+which re-weights the sampler's tokens toward the trainer's policy and caps the variance. It weights the
+clipped surrogate only, not the KL term (as TRL's ``token_truncate`` mode does).
+
 ``loss_type`` decides how tokens are weighted (all kept exact under gradient accumulation, since the
 normalisers are counted over the whole batch before any micro-batch is processed):
 - ``"grpo"``: mean over each completion's tokens, then mean over completions (DeepSeekMath). A
@@ -66,6 +74,9 @@ class GRPOConfig:
     gradient_accumulation_steps: int = 1  #: micro-batches per optimizer step (same result, less memory)
     max_grad_norm: float = 1.0  #: global gradient-norm clip
     filter_zero_std_groups: bool = False  #: drop groups whose rewards are all equal (zero advantage)
+    #: truncated importance sampling: weight each token's surrogate by min(π_old(trainer) / π_sampler, C)
+    vllm_importance_sampling_correction: bool = False
+    vllm_importance_sampling_clip_max: float = 3.0  #: C, the cap on the sampler-to-trainer weight
     seed: int = 0  #: seeds the prompt stream and sampling
     eval_every: int = 25  #: evaluate on the held-out set every this many steps (0: never)
     eval_generations: int = 8  #: samples per held-out prompt for pass@1 / pass@G
@@ -81,6 +92,8 @@ class GRPOConfig:
             raise ValueError("num_iterations and gradient_accumulation_steps must be >= 1")
         if (self.prompts_per_step * self.num_generations) % self.gradient_accumulation_steps:
             raise ValueError("gradient_accumulation_steps must divide prompts_per_step * num_generations")
+        if self.vllm_importance_sampling_clip_max <= 0:
+            raise ValueError(f"vllm_importance_sampling_clip_max must be > 0, got {self.vllm_importance_sampling_clip_max}")
         if self.temperature <= 0:
             raise ValueError("GRPO needs a stochastic sampler: temperature must be > 0 (greedy decoding has "
                              "no spread within a group and no meaningful log-probs)")
@@ -189,6 +202,7 @@ class GRPOTrainer:
                 ref_logp = torch.cat([completion_logprobs(self.ref, gen, r, cfg.temperature) for r in micro])
         eps_high = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
         stats, kls, ents, gap = [], [], [], 0.0
+        is_w, is_gap = [], []  # truncated-IS weights and |trainer − sampler| log-prob gaps (when enabled)
         self.model.train()
         for it in range(cfg.num_iterations):
             self.opt.zero_grad()
@@ -202,6 +216,13 @@ class GRPOTrainer:
                 old = logp.detach() if old_logp is None else old_logp[sl]
                 a = adv[rows].unsqueeze(-1).expand_as(logp)
                 per_tok, ratio = clipped_surrogate_terms(logp, old, a, cfg.epsilon, eps_high)
+                if cfg.vllm_importance_sampling_correction:  # old: the trainer's log-probs at the rollout's weights
+                    log_w = old.detach() - gen.sampler_logprobs[rows]
+                    w_is = torch.exp(log_w).clamp(max=cfg.vllm_importance_sampling_clip_max)
+                    per_tok = per_tok * w_is
+                    if it == 0:
+                        is_w.append(w_is[m.bool()])
+                        is_gap.append(log_w[m.bool()].abs())
                 if ref_logp is not None:
                     kl = kl_estimate(logp, ref_logp[sl], cfg.kl_estimator)
                     per_tok = per_tok + cfg.beta * kl
@@ -231,6 +252,10 @@ class GRPOTrainer:
             "skipped": 0.0,
             "step_time": time.perf_counter() - t0,
         })
+        if is_w:
+            w_all, gap_all = torch.cat(is_w), torch.cat(is_gap)
+            metrics.update({"is_weight_mean": w_all.mean().item(), "is_weight_min": w_all.min().item(),
+                            "is_weight_max": w_all.max().item(), "sampler_trainer_gap_mean": gap_all.mean().item()})
         return metrics
 
     # ------------------------------------------------------------------ the loop
