@@ -1,4 +1,4 @@
-"""The ``minigrpo`` command: run lessons, grade exercises, regenerate exercises/."""
+"""The ``minigrpo`` command: run lessons, grade exercises, regenerate exercises/, practise interviews."""
 
 from __future__ import annotations
 
@@ -58,6 +58,12 @@ def cmd_make_exercises(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_interview(args: argparse.Namespace) -> int:
+    from minigrpo.interview.practice import run as run_interview
+
+    return run_interview(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minigrpo", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -80,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
     make = sub.add_parser("make-exercises", help="regenerate exercises/ from solutions/")
     make.add_argument("--check", action="store_true", help="only report out-of-date files (exit 1 if any)")
     make.set_defaults(func=cmd_make_exercises)
+
+    from minigrpo.interview.practice import add_arguments as interview_arguments
+
+    interview = sub.add_parser("interview", help="practise interview questions, with spaced review of weak ones")
+    interview_arguments(interview)
+    interview.set_defaults(func=cmd_interview)
     return parser
 
 

@@ -1,0 +1,221 @@
+"""The interview question bank (coverage of the seed interviews, links to lesson cells), the spaced
+review schedule, and the ``minigrpo interview`` command."""
+
+import json
+import os
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from minigrpo.cli import main
+from minigrpo.interview import QUESTIONS, SEED_QUESTIONS, TOPICS, Progress, by_topic, for_seed, get
+from minigrpo.interview.schedule import PROGRESS_ENV_VAR, WAITS, check_rating, next_box
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# How many questions and follow-ups each seed interview asks (enumerated by reading them):
+# 000: the main question and its four parts; 001: clarifying questions, parts 1-3, five follow-ups;
+# 002: five questions the guide answers; 003: Q1-Q16; 004: A1-A4, B1-B2, four follow-ups.
+SEED_COUNTS = {"000": 5, "001": 9, "002": 5, "003": 16, "004": 10}
+T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+
+
+# ----------------------------------------------------------------------------- the bank
+
+def test_the_seed_enumeration_is_complete():
+    counts = {}
+    for ref in SEED_QUESTIONS:
+        counts[ref[:3]] = counts.get(ref[:3], 0) + 1
+    assert counts == SEED_COUNTS
+    assert {f"003.Q{i}" for i in range(1, 17)} <= set(SEED_QUESTIONS)
+    assert {"001.F1", "001.F2", "001.F3", "001.F4", "001.F5", "004.F1", "004.F2", "004.F3", "004.F4"} <= set(SEED_QUESTIONS)
+
+
+@pytest.mark.parametrize("seed", sorted(SEED_QUESTIONS))
+def test_every_seed_question_has_an_entry(seed):
+    assert for_seed(seed), f"no bank entry answers seed question {seed}: {SEED_QUESTIONS[seed]}"
+
+
+def test_entries_are_well_formed():
+    ids = [q.id for q in QUESTIONS]
+    assert len(ids) == len(set(ids))
+    for q in QUESTIONS:
+        assert q.seeds and set(q.seeds) <= set(SEED_QUESTIONS), q.id
+        assert q.topic in TOPICS
+        assert q.question.rstrip().endswith(("?", ".")), q.id
+        assert len(q.checklist) >= 4 and all(len(item) > 15 for item in q.checklist), q.id
+        assert len(q.answer.split()) >= 100, f"{q.id}: the model answer is too thin"
+        assert q.planned is None or q.planned in {"07", "08", "09", "10"}
+    assert get("grpo-step") is QUESTIONS[[q.id for q in QUESTIONS].index("grpo-step")]
+    assert sum(len(by_topic(t)) for t in TOPICS) == len(QUESTIONS)
+
+
+def test_unknown_ids_topics_and_seeds_are_clear_errors():
+    with pytest.raises(ValueError, match="no interview question 'nope'; ids: on-vs-off-policy"):
+        get("nope")
+    with pytest.raises(ValueError, match="topics: basics"):
+        by_topic("chemistry")
+    with pytest.raises(ValueError, match="unknown seed"):
+        for_seed("009.Q1")
+
+
+@pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.id)
+def test_every_entry_points_at_exactly_one_lesson_cell(q):
+    path = ROOT / q.demo.notebook
+    assert path.exists(), f"{q.id}: {q.demo.notebook} does not exist"
+    nb = nbformat.read(path, as_version=4)
+    hits = [i for i, c in enumerate(nb.cells) if q.demo.fragment in c.source]
+    assert len(hits) == 1, f"{q.id}: {len(hits)} cells of {q.demo.notebook} contain {q.demo.fragment!r}"
+    assert q.demo.lesson == path.name[:2]
+
+
+def test_provisional_entries_point_elsewhere_than_their_planned_lesson():
+    """An entry still waiting for its lesson (planned) must not already point at it: retargeted
+    entries drop ``planned``."""
+    for q in QUESTIONS:
+        if q.planned:
+            assert q.demo.lesson != q.planned, f"{q.id} points at lesson {q.planned}: drop planned"
+
+
+# ----------------------------------------------------------------------------- the schedule
+
+def test_leitner_boxes():
+    assert [next_box(3, r) for r in range(4)] == [0, 1, 4, 5]
+    assert next_box(5, 3) == 5 and next_box(0, 2) == 1
+    for bad in (-1, 4, 2.0, True, "2"):
+        with pytest.raises(ValueError, match="rating must be an integer from 0 to 3"):
+            check_rating(bad)
+
+
+def test_a_weak_answer_comes_back_before_a_strong_one(tmp_path):
+    progress = Progress(tmp_path / "p.json")
+    strong, weak = progress.record("gae", 3, now=T0), progress.record("gqa", 0, now=T0)
+    assert weak.due == T0 + WAITS[0] < strong.due == T0 + WAITS[2]
+    order = [q.id for q in progress.review_order(now=T0)]
+    assert order.index("gqa") < order.index("gae")
+    # Once the weak one is due it comes first of all, before questions never tried.
+    later = [q.id for q in progress.review_order(now=T0 + timedelta(hours=1))]
+    assert later[0] == "gqa" and later[-1] == "gae"
+
+
+def test_review_order_overdue_then_new_then_by_due_time(tmp_path):
+    progress = Progress(tmp_path / "p.json")
+    progress.record("trpo", 2, now=T0)                       # box 1: due T0 + 1 day
+    progress.record("gae", 2, now=T0 - timedelta(days=2))    # due T0 - 1 day: overdue
+    order = [q.id for q in progress.review_order(now=T0)]
+    assert order[0] == "gae" and order[1] == QUESTIONS[0].id and order[-1] == "trpo"
+    assert progress.is_due("gae", now=T0) and not progress.is_due("trpo", now=T0) and progress.is_due("gqa", now=T0)
+
+
+def test_progress_persists_and_a_corrupt_file_is_a_clear_error(tmp_path):
+    path = tmp_path / "sub" / "p.json"
+    progress = Progress(path)
+    progress.record("gae", 1, now=T0)
+    progress.record("gae", 2, now=T0 + timedelta(days=1))
+    progress.save()
+    again = Progress(path)
+    assert again.card("gae").box == 2 and again.card("gae").due == T0 + timedelta(days=1) + WAITS[2]
+    assert [h["rating"] for h in again.card("gae").history] == [1, 2]
+    path.write_text("{not json")
+    with pytest.raises(ValueError, match="cannot read interview progress"):
+        Progress(path)
+
+
+def test_recording_an_unknown_question_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="no interview question"):
+        Progress(tmp_path / "p.json").record("nope", 2)
+
+
+# ----------------------------------------------------------------------------- the command
+
+def _cli(capsys, *argv):
+    rc = main(["interview", *argv])
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+def test_show_prints_question_checklist_and_answer(capsys, tmp_path):
+    rc, out, _ = _cli(capsys, "--show", "ppo-clip", "--progress-file", str(tmp_path / "p.json"))
+    q = get("ppo-clip")
+    assert rc == 0
+    for part in ["[ppo-clip]", "covers 004.A3, 001.F1", "A strong answer covers:", "Model answer:",
+                 "notebooks/04_ppo.ipynb", q.checklist[0][:40]]:
+        assert part in out
+    assert not (tmp_path / "p.json").exists(), "--show must not record anything"
+
+
+def test_rated_rounds_persist_and_schedule_weak_questions_first(capsys, tmp_path):
+    pf = str(tmp_path / "p.json")
+    rc, out, _ = _cli(capsys, "--id", "gae", "--answer", "A = Q - V, GAE sums residuals", "--rating", "3",
+                      "--progress-file", pf)
+    assert rc == 0 and "Your answer:" in out and "rated 3" in out and "box 2" in out
+    rc, out, _ = _cli(capsys, "--id", "gqa", "--rating", "0", "--progress-file", pf)
+    assert rc == 0 and "rated 0" in out and "box 0" in out
+    saved = json.loads(Path(pf).read_text())["questions"]
+    assert saved["gae"]["box"] == 2 and saved["gqa"]["box"] == 0
+    assert saved["gqa"]["due"] < saved["gae"]["due"]
+    rc, out, _ = _cli(capsys, "--list", "--progress-file", pf)
+    lines = [line.split() for line in out.splitlines()[1:]]
+    ids = [cols[1] for cols in lines]
+    assert rc == 0 and ids.index("gqa") < ids.index("gae") and ids[-1] == "gae"
+    assert len(ids) == len(QUESTIONS)
+    rc, out, _ = _cli(capsys, "--stats", "--progress-file", pf)
+    assert rc == 0 and f"2/{len(QUESTIONS)} questions tried" in out
+
+
+def test_without_an_id_the_rated_round_takes_the_next_question_due(capsys, tmp_path):
+    pf = str(tmp_path / "p.json")
+    rc, out, _ = _cli(capsys, "--topic", "attention", "--rating", "2", "--progress-file", pf)
+    first = by_topic("attention")[0].id
+    assert rc == 0 and out.startswith(f"[{first}]")
+    assert json.loads(Path(pf).read_text())["questions"][first]["box"] == 1
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--show", "nope"], "no interview question 'nope'"),
+    (["--id", "nope", "--rating", "2"], "no interview question 'nope'"),
+    (["--id", "gae", "--rating", "5"], "rating must be an integer from 0 to 3"),
+    (["--id", "gae", "--rating", "-1"], "rating must be an integer from 0 to 3"),
+    (["--id", "gae", "--answer", "text"], "--answer needs --rating"),
+    (["--topic", "chemistry", "--list"], "no interview topic 'chemistry'"),
+])
+def test_bad_input_is_a_clear_error_and_a_nonzero_exit(capsys, tmp_path, argv, message):
+    pf = tmp_path / "p.json"
+    rc, out, err = _cli(capsys, *argv, "--progress-file", str(pf))
+    assert rc == 2 and message in err
+    assert not pf.exists(), "nothing is recorded when the input is refused"
+
+
+def test_a_corrupt_progress_file_is_reported_not_overwritten(capsys, tmp_path):
+    pf = tmp_path / "p.json"
+    pf.write_text("[]")
+    rc, _, err = _cli(capsys, "--stats", "--progress-file", str(pf))
+    assert rc == 2 and "cannot read interview progress" in err and pf.read_text() == "[]"
+
+
+def test_interactive_session_in_a_subprocess_uses_the_env_progress_file(tmp_path):
+    """The real console flow: answer on stdin, an invalid rating re-asked, then a valid one; the
+    progress file comes from the environment variable."""
+    pf = tmp_path / "env.json"
+    env = dict(os.environ, **{PROGRESS_ENV_VAR: str(pf)})
+    proc = subprocess.run([sys.executable, "-m", "minigrpo.cli", "interview", "--id", "all-equal-group"],
+                          input="every advantage is zero\nadd eps to the std\n\n7\n1\n", capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.index("Your answer") < out.index("A strong answer covers:") < out.index("Rate your answer")
+    assert "rating must be an integer from 0 to 3" in out and "rated 1" in out and "1 question(s) rated" in out
+    card = json.loads(pf.read_text())["questions"]["all-equal-group"]
+    assert card["box"] == 1 and card["history"][0]["rating"] == 1
+
+
+def test_interactive_session_stops_cleanly_on_q(capsys, tmp_path, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("my answer\n\nq\n"))
+    rc, out, _ = _cli(capsys, "--count", "3", "--progress-file", str(tmp_path / "p.json"))
+    assert rc == 0 and "0 question(s) rated" in out and not (tmp_path / "p.json").exists()
