@@ -219,3 +219,26 @@ def test_interactive_session_stops_cleanly_on_q(capsys, tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO("my answer\n\nq\n"))
     rc, out, _ = _cli(capsys, "--count", "3", "--progress-file", str(tmp_path / "p.json"))
     assert rc == 0 and "0 question(s) rated" in out and not (tmp_path / "p.json").exists()
+
+
+# ----------------------------------------------------------------------------- the practice notebook
+
+def test_cards_keep_the_answer_folded_and_escape_the_text():
+    from minigrpo.interview.notebook import card_html, coverage_html, reveal_html
+
+    q = get("diffusion-pseudocode")
+    card = card_html(q)
+    assert card.count("<details>") == 3 and "<details open>" not in card
+    assert "<pre>prompts = sample_prompts(B)" in card, "the pseudocode keeps its lines in a <pre> block"
+    assert reveal_html(q, open_=True).count("<details open>") == 3
+    assert "ρ < 1 − ε" in get("ppo-clip").answer and "ρ &lt; 1 − ε" in card_html(get("ppo-clip"))
+    table = coverage_html()
+    assert all(f"<td>{ref}</td>" in table for ref in SEED_QUESTIONS)
+
+
+def test_the_practice_notebook_shows_every_topic():
+    nb = nbformat.read(ROOT / "notebooks" / "11_interview_practice.ipynb", as_version=4)
+    sources = [c.source for c in nb.cells if c.cell_type == "code"]
+    for topic in TOPICS:
+        assert f'show_topic("{topic}")' in sources, f"notebook 11 has no section for topic {topic!r}"
+    assert "random_question();" in sources
