@@ -107,6 +107,7 @@ _L03 = "notebooks/03_trpo.ipynb"
 _L04 = "notebooks/04_ppo.ipynb"
 _L05 = "notebooks/05_ppo_to_grpo.ipynb"
 _L06 = "notebooks/06_grpo_llm.ipynb"
+_L07 = "notebooks/07_debugging_grpo.ipynb"
 
 _GRPO_OBJECTIVE_06 = Demo(_L06, "## 4. The GRPO objective, and where each term is in the code")
 _WRONG_TOOL_05 = Demo(_L05, "## 8. Where GRPO is the wrong tool")
@@ -592,7 +593,7 @@ QUESTIONS: tuple[Question, ...] = (
             "large KL means too much), clip fraction, G and temperature, and compare against best-of-N of the "
             "starting model to know what is achievable."
         ),
-        demo=_DASHBOARD_06,
+        demo=Demo(_L07, "## 3. Detections: one invariant each"),
     ),
     Question(
         id="memory", topic="grpo", seeds=("003.Q9",),
@@ -879,8 +880,7 @@ QUESTIONS: tuple[Question, ...] = (
             "weights synced after every step or allowed to lag, and how is the per-token loss averaged? With "
             "those answered you can state the invariant the loop should satisfy and test it."
         ),
-        demo=Demo(_L06, "## 5. Token alignment: the logits at $t$ predict token $t+1$"),
-        planned="07",
+        demo=Demo(_L07, "## 1. The invariant: when is the ratio exactly 1?"),
     ),
     Question(
         id="three-bugs", topic="debugging", seeds=("001.2",),
@@ -914,8 +914,7 @@ QUESTIONS: tuple[Question, ...] = (
             "reference that shares weights with the policy (KL always 0); snapshot old log-probs at rollout "
             "time and deep-copy the reference."
         ),
-        demo=Demo(_L06, "## 5. Token alignment: the logits at $t$ predict token $t+1$"),
-        planned="07",
+        demo=Demo(_L07, "### Bug by bug: symptom → detection → fix"),
     ),
     Question(
         id="ratio-not-one", topic="debugging", seeds=("001.3",),
@@ -950,8 +949,7 @@ QUESTIONS: tuple[Question, ...] = (
             "ids, MoE routing that differs between engines: call eval(), compare the pattern by position. The first "
             "family is handled by the clip; the second must be fixed or corrected with importance weights."
         ),
-        demo=Demo(_L04, "## 4. Several epochs on one batch: how far does the ratio drift?"),
-        planned="07",
+        demo=Demo(_L07, "## 6. Why the ratio is not 1: the study"),
     ),
     Question(
         id="truncated-is", topic="debugging", seeds=("001.F3",),
@@ -980,8 +978,7 @@ QUESTIONS: tuple[Question, ...] = (
             "weights' distribution, and shrink the gap itself where possible: fp32 for the output layer, identical "
             "sampling transforms, and weights synced after every step."
         ),
-        demo=Demo(_L04, "What practitioners do instead: keep staleness at 0–1 iterations"),
-        planned="07",
+        demo=Demo(_L07, "## 7. The principled correction: truncated importance sampling"),
     ),
     # ----------------------------------------------------------------------------- diffusion (lessons 08, 09)
     Question(
