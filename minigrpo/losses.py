@@ -206,11 +206,18 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
                          f"{tuple(logits.shape)} and {tuple(input_ids.shape)}")
     if input_ids.shape[1] < 2:
         raise ValueError("token_logprobs needs sequences of at least 2 tokens (nothing to predict otherwise)")
+    return aligned_logprobs(logits[:, :-1], input_ids[:, 1:], temperature)
+
+
+def aligned_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``out[:, t] = log softmax(logits[:, t] / T)[targets[:, t]]``: logits already aligned with their targets."""
+    if logits.ndim != 3 or targets.ndim != 2 or logits.shape[:2] != targets.shape:
+        raise ValueError(f"aligned_logprobs expects logits [B, T, V] and targets [B, T]; got "
+                         f"{tuple(logits.shape)} and {tuple(targets.shape)}")
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    scaled = logits[:, :-1]
+    scaled = logits
     if scaled.dtype in (torch.float16, torch.bfloat16):
         scaled = scaled.float()  # log-softmax in at least float32; float64 stays float64
     scaled = scaled / temperature
-    targets = input_ids[:, 1:].unsqueeze(-1)
-    return scaled.gather(-1, targets).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+    return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)

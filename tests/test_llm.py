@@ -63,8 +63,27 @@ def test_generation_logprobs_equal_one_forward_pass(tok, model):
     for temperature in (1.0, 0.7):
         g = generate(model, tok, ["1+2=", "45+67="], num_generations=3, max_new_tokens=5, temperature=temperature,
                      generator=torch.Generator().manual_seed(0))
-        lp = sequence_logprobs(model, g.prompt_ids, g.prompt_mask, g.completion_ids, temperature)
+        lp = sequence_logprobs(model, g.prompt_ids, g.prompt_mask, g.completion_ids, temperature, shared_prefix=False)
         assert ((lp - g.sampler_logprobs).abs() * g.completion_mask).max() < 1e-5
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2", "gpt2"])
+def test_shared_prefix_scoring_equals_one_forward_pass_with_gradients(tok, arch):
+    """Running each distinct prompt once and sharing its KV cache gives the same log-probs and gradients."""
+    m = make_tiny_model(tok, arch, seed=1, hidden_size=32, num_heads=4)
+    g = generate(m, tok, ["1+2=", "45+67=", "8+9="], num_generations=4, max_new_tokens=4,
+                 generator=torch.Generator().manual_seed(0))
+    rows = torch.tensor([11, 0, 5, 1, 6, 7, 2])  # any subset and order of rows
+    results = []
+    for shared in (False, True):
+        m.zero_grad()
+        lp = sequence_logprobs(m, g.prompt_ids[rows], g.prompt_mask[rows], g.completion_ids[rows], 0.8, shared)
+        (lp * torch.linspace(-1, 1, lp.numel()).view_as(lp)).sum().backward()
+        results.append((lp.detach(), [p.grad.clone() for p in m.parameters()]))
+    (lp0, g0), (lp1, g1) = results
+    torch.testing.assert_close(lp1, lp0, atol=1e-5, rtol=0)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
 def test_top_k_and_top_p_keep_the_expected_tokens():

@@ -46,10 +46,10 @@ import torch
 from tqdm.auto import tqdm
 
 from minigrpo.advantages import group_advantages
-from minigrpo.llm.sampling import Generation, generate, position_ids_from_mask
+from minigrpo.llm.sampling import Generation, completion_logits, generate
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
-from minigrpo.losses import clip_statistics, clipped_surrogate_terms, kl_estimate, token_logprobs
+from minigrpo.losses import aligned_logprobs, clip_statistics, clipped_surrogate_terms, kl_estimate
 
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 
@@ -103,16 +103,13 @@ def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temp
                         with_entropy: bool = False):
     """Log-probs ``[b, C]`` of the completion tokens of ``rows`` under ``model`` (one forward pass),
     and optionally the per-token entropy of the (temperature-scaled) policy."""
-    ids = torch.cat([gen.prompt_ids[rows], gen.completion_ids[rows]], 1)
-    mask = torch.cat([gen.prompt_mask[rows], torch.ones_like(gen.completion_ids[rows])], 1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
-    P = gen.prompt_ids.shape[1]
-    logits = logits[:, P - 1:]
-    logp = token_logprobs(logits, ids[:, P - 1:], temperature)
+    completion = gen.completion_ids[rows]
+    logits = completion_logits(model, gen.prompt_ids[rows], gen.prompt_mask[rows], completion)  # shared prompts
+    logp = aligned_logprobs(logits, completion, temperature)
     if not with_entropy:
         return logp
     with torch.no_grad():
-        lp_all = torch.log_softmax(logits[:, :-1].float() / temperature, -1)
+        lp_all = torch.log_softmax(logits.float() / temperature, -1)
         entropy = -(lp_all.exp() * lp_all).sum(-1)
     return logp, entropy
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minigrpo.losses import token_logprobs
+from minigrpo.losses import aligned_logprobs
 
 
 def encode_prompts(tokenizer, prompts: list[str], device: str | torch.device = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,11 +99,13 @@ def generate(model, tokenizer, prompts: list[str], num_generations: int = 1, max
     """Sample ``num_generations`` completions for each prompt, token by token with a KV cache."""
     device = next(model.parameters()).device
     ids, mask = encode_prompts(tokenizer, prompts, device)
+    # Prefill each prompt once, then copy its KV cache to its G rows (G× less prefill work).
+    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True)
+    past, logits = out.past_key_values, out.logits[:, -1].repeat_interleave(num_generations, 0)
+    past.batch_repeat_interleave(num_generations)
     ids, mask = ids.repeat_interleave(num_generations, 0), mask.repeat_interleave(num_generations, 0)
     B = ids.shape[0]
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
-    out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True)
-    past, logits = out.past_key_values, out.logits[:, -1]
     next_pos = position_ids_from_mask(mask)[:, -1] + 1
     full_mask = mask
     finished = torch.zeros(B, dtype=torch.bool, device=device)
@@ -130,14 +132,46 @@ def generate(model, tokenizer, prompts: list[str], num_generations: int = 1, max
     return Generation(ids, mask, completion, cmask, torch.stack(logps, 1) * cmask, finished)
 
 
+def completion_logits(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                      shared_prefix: bool = True) -> torch.Tensor:
+    """Logits ``[B, C, V]`` where ``out[:, j]`` predicts ``completion_ids[:, j]`` (from position ``P − 1 + j``).
+
+    The G completions of a group share their prompt, so the prompt is run once per *distinct* prompt
+    and its KV cache is copied to the rows that share it; the completions then attend to that cache.
+    This is the same computation as one forward pass over ``[prompt, completion]`` (equal to ~1e-6),
+    gradients included (they flow into the shared prompt states), with G× less work on the prompt.
+    Rows are deduplicated by content, so any subset or order of rows works. ``shared_prefix=False``
+    (or few repeated prompts) runs the plain single forward pass.
+    """
+    if prompt_ids.shape != prompt_mask.shape or prompt_ids.shape[0] != completion_ids.shape[0]:
+        raise ValueError(f"prompt_ids {tuple(prompt_ids.shape)}, prompt_mask {tuple(prompt_mask.shape)} and "
+                         f"completion_ids {tuple(completion_ids.shape)} must agree on [B, P] and B")
+    B, P = prompt_ids.shape
+    C = completion_ids.shape[1]
+    uniq, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask.long()], 1), dim=0, return_inverse=True)
+    if not shared_prefix or 2 * uniq.shape[0] > B:  # few repeats: one forward pass is cheaper than two
+        ids = torch.cat([prompt_ids, completion_ids], 1)
+        mask = torch.cat([prompt_mask, torch.ones_like(completion_ids)], 1)
+        return model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits[:, P - 1:-1]
+    u_ids, u_mask = uniq[:, :P], uniq[:, P:]
+    out = model(input_ids=u_ids, attention_mask=u_mask, position_ids=position_ids_from_mask(u_mask), use_cache=True)
+    first = out.logits[:, -1:][inverse]  # [B, 1, V]: predicts the first completion token
+    if C == 1:
+        return first
+    past = out.past_key_values
+    past.batch_select_indices(inverse)
+    mask = torch.cat([prompt_mask, torch.ones_like(completion_ids[:, :-1])], 1)
+    pos = position_ids_from_mask(prompt_mask)[:, -1:] + torch.arange(1, C, device=prompt_ids.device)
+    rest = model(input_ids=completion_ids[:, :-1], attention_mask=mask, position_ids=pos, past_key_values=past,
+                 use_cache=True).logits
+    return torch.cat([first, rest], 1)
+
+
 def sequence_logprobs(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
-                      temperature: float = 1.0) -> torch.Tensor:
-    """Log-probs of the completion tokens under ``model``, from one forward pass: ``[B, C]``.
+                      temperature: float = 1.0, shared_prefix: bool = True) -> torch.Tensor:
+    """Log-probs of the completion tokens under ``model``: ``[B, C]``.
 
     Column j of the result scores ``completion_ids[:, j]``, predicted from position ``P − 1 + j``.
     """
-    ids = torch.cat([prompt_ids, completion_ids], 1)
-    mask = torch.cat([prompt_mask, torch.ones_like(completion_ids)], 1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
-    P = prompt_ids.shape[1]
-    return token_logprobs(logits[:, P - 1:], ids[:, P - 1:], temperature)
+    logits = completion_logits(model, prompt_ids, prompt_mask, completion_ids, shared_prefix)
+    return aligned_logprobs(logits, completion_ids, temperature)
