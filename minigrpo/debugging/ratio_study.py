@@ -35,7 +35,7 @@ CAUSES: dict[str, tuple[str, str, str]] = {
     "minibatches": ("by design", "the 2nd minibatch, scored after the optimizer step on the 1st",
                     "ratio per minibatch: 1 on the first, spread on later ones"),
     "dropout": ("mismatch", "new: the training forward with dropout on (p = 0.1); old: eval mode",
-                "model.train() around the loss forward with dropout > 0; score twice in train mode: different"),
+                "score the same batch twice in train mode: if the two disagree, dropout is on (call model.eval())"),
     "temperature": ("mismatch", "sampled at T = 0.7; new: rescored at T = 1",
                     "the temperature passed to the scoring function equals the sampler's"),
     "top_k": ("mismatch", "sampled with top-k = 5; new: rescored without the top-k truncation",
