@@ -125,3 +125,10 @@ def test_top_k_rescored_without_truncation_lowers_every_log_prob(setup):
 def test_unknown_cause_is_an_error(setup):
     with pytest.raises(ValueError, match="unknown cause"):
         log_ratios(*setup, "cosmic_rays")
+
+
+def test_the_grader_knows_every_planted_bug():
+    """Exercise 07's items carry each bug as a typical mistake (tests/test_grading.py checks each fails with its hint)."""
+    from minigrpo.grading.ex07 import ITEMS
+    named = {w.name for item in ITEMS if item.function == "grpo_step" for w in item.wrong_answers}
+    assert named == set(BUGS)
