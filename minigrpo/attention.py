@@ -7,17 +7,29 @@
   (Katharopoulos et al. 2020) with a positive feature map φ. Replacing softmax(qkᵀ) by φ(q)φ(k)ᵀ
   lets the sum over keys be re-associated: out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t with the running
   state S_t = Σ_{s≤t} φ(k_s) v_sᵀ and z_t = Σ_{s≤t} φ(k_s): O(n) time and O(1) memory per step.
+- ``linear_attention_chunked``: the same outputs again, computed chunk by chunk with matmuls
+  (exact inside a chunk, a running state between chunks): O(n) time and memory, fast in practice.
+- ``softmax_attention``: exact attention that materialises the n x n score matrix (the naive form);
+  ``decode_attention``: one new token against a (grouped) KV cache.
 - ``kv_cache_bytes``: memory of the key/value cache of a decoder at inference.
+- ``measure_attention_scaling`` / ``fit_loglog_slope`` / ``crossover_length``: time and peak memory
+  against sequence length (used by lesson 10 and ``benchmarks/attention_scaling.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import time
+import weakref
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from minigrpo.utils import torch_threads
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -53,11 +65,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
         group = self.n_heads // self.n_kv_heads
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)  # (B, nh, T, hd)
-        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim)  # (B, nh, T, T): the n x n term
-        if self.causal:
-            future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-            scores = scores.masked_fill(future, float("-inf"))
-        y = torch.softmax(scores, dim=-1) @ v  # (B, nh, T, hd)
+        y = softmax_attention(q, k, v, causal=self.causal)  # (B, nh, T, hd)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
     def kv_cache_bytes(self, seq_len: int, batch_size: int, bytes_per_elem: int = 2) -> int:
@@ -69,6 +77,35 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     if q.ndim != 4 or q.shape != k.shape or q.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"expected q, k of shape [B, H, T, d] and v of shape [B, H, T, d_v]; got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+
+
+def softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """Exact scaled dot-product attention, written out: the ``[B, H, T, T]`` score matrix is built,
+    masked, softmax-ed and multiplied by ``v``: O(n²) time and memory. ``[B, H, T, d]`` → ``[B, H, T, d_v]``."""
+    _check_qkv(q, k, v)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, T): the n x n term
+    if causal:
+        T = q.shape[-2]
+        future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(future, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> torch.Tensor:
+    """One decoding step: the new token's ``Hq`` query heads ``[B, Hq, d]`` attend to a cache of
+    ``Hkv`` key/value heads ``[B, Hkv, L, d]`` (``Hkv`` divides ``Hq``). The queries of a group are
+    stacked against their shared head, so each cached K/V is read once and never copied per query
+    head: the work is a pass over the cache, whose size is set by ``Hkv``. → ``[B, Hq, d_v]``."""
+    if q.ndim != 3 or k_cache.ndim != 4 or k_cache.shape != v_cache.shape[:-1] + (k_cache.shape[-1],) \
+            or k_cache.shape[-1] != q.shape[-1] or k_cache.shape[0] != q.shape[0] \
+            or q.shape[1] % k_cache.shape[1]:
+        raise ValueError(f"expected q [B, Hq, d] and caches [B, Hkv, L, d], [B, Hkv, L, d_v] with Hkv dividing "
+                         f"Hq; got {tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    B, Hq, d = q.shape
+    Hkv = k_cache.shape[1]
+    qg = q.view(B, Hkv, Hq // Hkv, d)  # (B, Hkv, group, d): the query heads of each group together
+    w = torch.softmax(qg @ k_cache.transpose(-2, -1) / math.sqrt(d), dim=-1)  # (B, Hkv, group, L)
+    return (w @ v_cache).reshape(B, Hq, v_cache.shape[-1])
 
 
 def linear_attention_parallel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -103,6 +140,42 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     return torch.stack(outs, dim=2)
 
 
+def linear_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk_size: int = 64,
+                             feature_map: Callable[[torch.Tensor], torch.Tensor] = elu_feature_map,
+                             eps: float = 1e-6) -> torch.Tensor:
+    """The same outputs as :func:`linear_attention_parallel`, with the sequence cut into chunks of
+    ``chunk_size``: inside a chunk the causal sums are a small masked matmul (C x C); across chunks
+    they come from the running state S = Σ φ(k_s) v_sᵀ, z = Σ φ(k_s) of all earlier chunks (a cumulative
+    sum over chunks). Time O(n·C·d + n·d·d_v), memory O(n·(C + d·d_v/C)): linear in n, and no Python
+    loop over positions. ``[B, H, T, d]`` → ``[B, H, T, d_v]``."""
+    _check_qkv(q, k, v)
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    B, H, T, d = q.shape
+    dv = v.shape[-1]
+    fq, fk = feature_map(q), feature_map(k)
+    pad = (-T) % chunk_size  # zero features after the map add nothing to any sum
+    if pad:
+        fq, fk, v = (F.pad(t, (0, 0, 0, pad)) for t in (fq, fk, v))
+    n = (T + pad) // chunk_size
+    fq, fk = fq.view(B, H, n, chunk_size, d), fk.view(B, H, n, chunk_size, d)
+    v = v.reshape(B, H, n, chunk_size, dv)
+    kv = fk.transpose(-2, -1) @ v  # (B, H, n, d, dv): each chunk's Σ φ(k) vᵀ
+    z = fk.sum(-2)  # (B, H, n, d)
+    # state before each chunk = sum over the earlier chunks (an exclusive prefix sum; a loop over
+    # chunks, n/C steps, is faster on CPU than torch.cumsum along a middle dimension)
+    S_prev, z_prev = torch.empty_like(kv), torch.empty_like(z)
+    S, zs = kv.new_zeros(B, H, d, dv), z.new_zeros(B, H, d)
+    for i in range(n):
+        S_prev[:, :, i], z_prev[:, :, i] = S, zs
+        S, zs = S + kv[:, :, i], zs + z[:, :, i]
+    sim = (fq @ fk.transpose(-2, -1)).tril()  # (B, H, n, C, C): causal inside the chunk
+    num = fq @ S_prev + sim @ v
+    den = (fq @ z_prev.unsqueeze(-1)).squeeze(-1) + sim.sum(-1)
+    out = num / (den.unsqueeze(-1) + eps)
+    return out.reshape(B, H, n * chunk_size, dv)[:, :, :T]
+
+
 def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch_size: int,
                    bytes_per_elem: int = 2) -> int:
     """Bytes of a decoder's KV cache: keys and values (×2), for every layer, KV head, head
@@ -117,3 +190,190 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, 
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
     return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch_size * bytes_per_elem
+
+
+# ---------------------------------------------------------------------------------------------
+# Measuring time and memory against sequence length
+
+
+class _PeakTensorMemory(TorchDispatchMode):
+    """Tracks the bytes of tensor storages created by torch ops inside the block (inputs made before
+    it are not counted) and the peak of the live total. A storage counts as live while any tensor
+    the ops returned on it is alive. Kernel-internal scratch buffers are invisible to it."""
+
+    def __init__(self):
+        super().__init__()
+        self.live: dict[int, list] = {}  # storage pointer -> [nbytes, weakrefs of tensors on it]
+        self.external: set[int] = set()
+        self.current = self.peak = 0
+
+    def _prune(self) -> None:
+        for ptr in [p for p, (_, refs) in self.live.items() if all(r() is None for r in refs)]:
+            self.current -= self.live.pop(ptr)[0]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self.live:
+                self.external.add(t.untyped_storage().data_ptr())
+        out = func(*args, **(kwargs or {}))
+        self._prune()
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr in self.live:
+                self.live[ptr][1].append(weakref.ref(t))
+            elif ptr not in self.external and storage.nbytes() > 0:
+                self.live[ptr] = [storage.nbytes(), [weakref.ref(t)]]
+                self.current += storage.nbytes()
+        self.peak = max(self.peak, self.current)
+        return out
+
+
+def peak_memory_bytes(fn: Callable[[], object]) -> int:
+    """Peak bytes of tensors allocated while ``fn()`` runs (its result included), on any device,
+    as seen by torch's dispatcher. Deterministic: it counts tensors, not the allocator's pages.
+
+    >>> peak_memory_bytes(lambda: torch.ones(1000, dtype=torch.float32))
+    4000
+    """
+    with torch.no_grad(), _PeakTensorMemory() as tracker:
+        result = fn()
+        del result
+    return tracker.peak
+
+
+ATTENTION_METHODS: dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "softmax": lambda q, k, v: softmax_attention(q, k, v, causal=True),
+    "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    "linear": lambda q, k, v: linear_attention_chunked(q, k, v),
+}
+"""Causal attention implementations that ``measure_attention_scaling`` knows: naive exact softmax
+(n x n scores), PyTorch's fused exact softmax (``scaled_dot_product_attention``) and chunked
+linear attention."""
+
+
+def _best_time(fn: Callable[[], object], repeats: int, clock: Callable[[], float], min_seconds: float = 0.0,
+               max_repeats: int = 200) -> float:
+    """Best of at least ``repeats`` timed calls, continuing (up to ``max_repeats``) until ``min_seconds``
+    have been spent: short calls get more chances to run undisturbed."""
+    best, spent, calls = math.inf, 0.0, 0
+    while calls < repeats or (spent < min_seconds and calls < max_repeats):
+        start = clock()
+        fn()
+        elapsed = clock() - start
+        best, spent, calls = min(best, elapsed), spent + elapsed, calls + 1
+    return best
+
+
+def measure_attention_scaling(lengths: Sequence[int], methods: Sequence[str] = ("softmax", "sdpa", "linear"),
+                              batch_size: int = 1, n_heads: int = 4, head_dim: int = 64, repeats: int = 3,
+                              threads: int | None = 1, seed: int = 0, device: str | torch.device = "cpu",
+                              dtype: torch.dtype = torch.float32, timer: str = "auto",
+                              min_seconds: float = 0.0) -> list[dict]:
+    """Forward time and peak memory of causal attention against sequence length.
+
+    For each length and method: random q, k, v of shape ``[batch_size, n_heads, T, head_dim]``, one
+    warm-up call, then the best of ``repeats`` timed calls — more if they took less than ``min_seconds``
+    in all (the minimum is the least disturbed by other work on the machine) — and the peak bytes of tensors allocated by one call
+    (:func:`peak_memory_bytes`). ``threads``: torch threads while measuring (``None`` leaves them).
+    ``timer``: ``"wall"`` (elapsed time), ``"cpu"`` (CPU time of the calling thread: on a shared
+    machine it does not count the time other processes hold the core; valid for one thread on CPU)
+    or ``"auto"`` (``"cpu"`` when measuring on CPU with ``threads=1``, else ``"wall"``).
+    Returns one dict per (length, method): ``seq_len``, ``method``, ``seconds``, ``peak_bytes``.
+    """
+    unknown = [m for m in methods if m not in ATTENTION_METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {unknown}; expected some of {sorted(ATTENTION_METHODS)}")
+    if not lengths or any(not isinstance(n, int) or n < 1 for n in lengths):
+        raise ValueError(f"lengths must be a non-empty sequence of positive ints, got {lengths!r}")
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    device = torch.device(device)
+    if timer == "auto":
+        timer = "cpu" if device.type == "cpu" and threads == 1 else "wall"
+    if timer == "cpu" and (device.type != "cpu" or threads != 1):
+        raise ValueError("timer='cpu' measures one CPU thread: use it with device='cpu' and threads=1")
+    if timer not in ("cpu", "wall"):
+        raise ValueError(f"timer must be 'auto', 'cpu' or 'wall', got {timer!r}")
+    clock = time.thread_time if timer == "cpu" else time.perf_counter
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    with torch_threads(threads or torch.get_num_threads()), torch.no_grad():
+        for T in lengths:
+            q, k, v = (torch.randn(batch_size, n_heads, T, head_dim, generator=gen, dtype=dtype).to(device)
+                       for _ in range(3))
+            for name in methods:
+                attend = ATTENTION_METHODS[name]
+
+                def call(attend=attend):
+                    attend(q, k, v)
+                    sync()
+
+                call()  # warm-up
+                rows.append({"seq_len": T, "method": name, "seconds": _best_time(call, repeats, clock, min_seconds),
+                             "peak_bytes": peak_memory_bytes(lambda attend=attend: attend(q, k, v))})
+    return rows
+
+
+def fit_loglog_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of log y against log x: the exponent p in y ≈ c·xᵖ."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError(f"need at least two (x, y) pairs of equal length, got {len(xs)} and {len(ys)}")
+    if any(x <= 0 for x in xs) or any(y <= 0 for y in ys):
+        raise ValueError("log-log fit needs positive x and y")
+    lx = torch.tensor([math.log(x) for x in xs], dtype=torch.float64)
+    ly = torch.tensor([math.log(y) for y in ys], dtype=torch.float64)
+    lx, ly = lx - lx.mean(), ly - ly.mean()
+    if float((lx * lx).sum()) == 0.0:
+        raise ValueError("log-log fit needs at least two different x")
+    return float((lx * ly).sum() / (lx * lx).sum())
+
+
+def crossover_length(rows: Sequence[dict], slow: str = "softmax", fast: str = "linear",
+                     key: str = "seconds") -> int | None:
+    """The first measured length from which ``fast`` stays below ``slow`` (on ``key``) at every
+    longer measured length; ``None`` if it never does."""
+    by = {(r["method"], r["seq_len"]): r[key] for r in rows}
+    lengths = sorted({n for (m, n) in by if m == slow} & {n for (m, n) in by if m == fast})
+    if not lengths:
+        raise ValueError(f"no common lengths for methods {slow!r} and {fast!r}")
+    cross = None
+    for n in reversed(lengths):
+        if by[(fast, n)] < by[(slow, n)]:
+            cross = n
+        else:
+            break
+    return cross
+
+
+def scaling_slopes(rows: Sequence[dict], slow: str = "softmax", fast: str = "linear",
+                   min_points: int = 3) -> tuple[int | None, list[int], dict[str, tuple[float, float]]]:
+    """Log-log slopes of time and memory for every method in ``rows`` (from :func:`measure_attention_scaling`),
+    fitted on the lengths from the crossover (``fast`` below ``slow`` from there on) up; if that leaves fewer
+    than ``min_points`` lengths, on the upper half of the lengths. Returns ``(crossover, fitted lengths,
+    {method: (time slope, memory slope)})``."""
+    lengths = sorted({r["seq_len"] for r in rows})
+    cross = crossover_length(rows, slow=slow, fast=fast)
+    fit = [n for n in lengths if cross is not None and n >= cross]
+    if len(fit) < min_points:
+        fit = lengths[len(lengths) // 2:]
+    by = {(r["method"], r["seq_len"]): r for r in rows}
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    return cross, fit, {m: (fit_loglog_slope(fit, [by[(m, n)]["seconds"] for n in fit]),
+                            fit_loglog_slope(fit, [by[(m, n)]["peak_bytes"] for n in fit])) for m in methods}
+
+
+def format_scaling_table(rows: Sequence[dict]) -> str:
+    """The rows of :func:`measure_attention_scaling` as a text table: one line per length, time (ms) and
+    peak memory (MiB) per method."""
+    methods = list(dict.fromkeys(r["method"] for r in rows))
+    by = {(r["method"], r["seq_len"]): r for r in rows}
+    lines = [f"{'n':>6} | " + " | ".join(f"{m + ' ms':>11}" for m in methods) + " | "
+             + " | ".join(f"{m + ' MiB':>12}" for m in methods)]
+    for n in sorted({r["seq_len"] for r in rows}):
+        lines.append(f"{n:>6} | " + " | ".join(f"{by[(m, n)]['seconds'] * 1e3:11.3f}" for m in methods) + " | "
+                     + " | ".join(f"{by[(m, n)]['peak_bytes'] / 2**20:12.2f}" for m in methods))
+    return "\n".join(lines)
