@@ -108,13 +108,13 @@ _L04 = "notebooks/04_ppo.ipynb"
 _L05 = "notebooks/05_ppo_to_grpo.ipynb"
 _L06 = "notebooks/06_grpo_llm.ipynb"
 _L07 = "notebooks/07_debugging_grpo.ipynb"
+_L10 = "notebooks/10_efficient_attention.ipynb"
 
 _GRPO_OBJECTIVE_06 = Demo(_L06, "## 4. The GRPO objective, and where each term is in the code")
 _WRONG_TOOL_05 = Demo(_L05, "## 8. Where GRPO is the wrong tool")
 _DASHBOARD_06 = Demo(_L06, "- **zero-std fraction**")
 _KL_06 = Demo(_L06, "## 7. Where the KL lives")
 _CRITIC_05 = Demo(_L05, "## 1. Why drop the critic")
-_GQA_06 = Demo(_L06, "**Model.** `make_tiny_model`")
 
 
 QUESTIONS: tuple[Question, ...] = (
@@ -1159,8 +1159,7 @@ QUESTIONS: tuple[Question, ...] = (
             "state, so exact recall of a specific earlier token (copying, associative lookup, needle in a "
             "haystack) degrades as the context grows."
         ),
-        demo=_GQA_06,
-        planned="10",
+        demo=Demo(_L10, "## 2. Linear attention: re-associate the matmuls"),
     ),
     Question(
         id="gqa", topic="attention", seeds=("004.B2",),
@@ -1188,8 +1187,7 @@ QUESTIONS: tuple[Question, ...] = (
             "heads lands close to MHA quality at a fraction of the cache. An MHA checkpoint can be converted by "
             "averaging the K and V heads of each group and uptraining for a small share of the original compute."
         ),
-        demo=_GQA_06,
-        planned="10",
+        demo=Demo(_L10, "## 6. GQA and MQA: share keys and values across query heads"),
     ),
     Question(
         id="softmax-still-wins", topic="attention", seeds=("004.F3",),
@@ -1218,8 +1216,7 @@ QUESTIONS: tuple[Question, ...] = (
             "current compromise: mostly exact attention, GQA to shrink the cache, and hybrids that interleave a "
             "few full-attention layers with linear or state-space layers."
         ),
-        demo=_GQA_06,
-        planned="10",
+        demo=Demo(_L10, "## 5. Why exact softmax with a fused kernel still wins at moderate lengths"),
     ),
     Question(
         id="kv-cache-4x", topic="attention", seeds=("004.F4",),
@@ -1248,8 +1245,7 @@ QUESTIONS: tuple[Question, ...] = (
             "and per-token latency at the real request lengths; and the compute needed for the conversion. My "
             "default is GQA-8: it hits the target with the smallest expected quality loss."
         ),
-        demo=_GQA_06,
-        planned="10",
+        demo=Demo(_L10, '## 8. "Cut KV-cache memory 4× on a serving model with 32 query heads"'),
     ),
 )
 
