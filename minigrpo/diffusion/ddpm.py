@@ -220,6 +220,7 @@ def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress
     seconds = time.perf_counter() - start
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    tmp.chmod(0o755)  # mkdtemp makes it private; a cache is not
     save_base_model(unet, scheduler, tmp)
     (tmp / "train.json").write_text(json.dumps({"config": config, "seconds": seconds, "losses": losses}))
     try:
