@@ -188,6 +188,17 @@ def test_bad_inputs_get_clear_errors():
         best_of_n(torch.zeros(6), 4)
 
 
+def test_select_steps_skips_deterministic_and_tiny_sigma_steps():
+    stds = torch.tensor([0.8, 0.5, 0.2, 0.02, 0.0])
+    g = torch.Generator().manual_seed(0)
+    steps = select_steps((stds > 0) & (stds >= 0.05), 6, 1.0, g)
+    assert steps.shape == (6, 3) and all(sorted(r.tolist()) == [0, 1, 2] for r in steps)
+    half = select_steps(stds > 0, 50, 0.5, g)  # round(0.5 · 4) = 2 of the 4 stochastic steps, at random
+    assert half.shape == (50, 2) and (half < 4).all() and len(set(half.flatten().tolist())) == 4
+    with pytest.raises(ValueError, match="no step to train on"):
+        select_steps(torch.zeros(3, dtype=torch.bool), 2, 1.0, g)
+
+
 def test_nan_reward_stops_training():
     cfg = DiffusionGRPOConfig(max_steps=1, prompts_per_step=1, num_generations=2, num_inference_steps=2)
     trainer = DiffusionGRPOTrainer(tiny_unet(), DDPMScheduler(num_train_timesteps=100),
@@ -262,6 +273,13 @@ def test_rewards_shapes_and_classifier():
     assert p.mean() > 0.9
     with pytest.raises(ValueError, match="labels must be"):
         ClassifierReward(clf)(imgs, labels[:3])
+    logits = clf(imgs.clamp(-1, 1))  # the reward sees images clamped to the data range
+    torch.testing.assert_close(ClassifierReward(clf, "prob", temperature=4.0)(imgs, labels),
+                               torch.softmax(logits / 4, -1).gather(1, labels[:, None])[:, 0])
+    margin = (logits[:, 0] - logits[:, 1]) * torch.where(labels == 0, 1.0, -1.0)  # two classes: z_c − z_other
+    torch.testing.assert_close(ClassifierReward(clf, "margin")(imgs, labels), margin)
+    with pytest.raises(ValueError, match="temperature"):
+        ClassifierReward(clf, temperature=0.0)
 
 
 def test_short_training_run_raises_the_reward():
