@@ -1,7 +1,7 @@
 """GRPO on the digits diffusion model vs best-of-4 sampling of the base model, over 3 seeds.
 
-For each seed: load the cached base model of lesson 08 (``pretrained_base(seed=0)``, trained once if
-missing; the seed changes GRPO's prompts, noise and the evaluation noise), measure the prompt-alignment
+For each seed s: load lesson 08's base model trained with seed s (``pretrained_base(seed=s)``, cached;
+trained in about a minute if missing), measure the prompt-alignment
 reward (the digit classifier's probability of the prompt's class, at temperature 4) of fresh base
 samples and the base model's best-of-4 (per prompt, the best of 4 samples), run GRPO, and measure
 fresh samples of the fine-tuned model. Every evaluation uses the policy's own sampler (DDIM, η = 1).
@@ -39,7 +39,7 @@ def evaluate(model, process, reward, seed: int, n: int = 1) -> torch.Tensor:
 def run_seed(seed: int, steps: int | None = None, progress: bool = True) -> dict:
     t0 = time.perf_counter()
     seed_everything(seed)
-    unet, scheduler = pretrained_base(seed=0, progress=progress)
+    unet, scheduler = pretrained_base(seed=seed, progress=progress)
     classifier, acc = digits_classifier()
     reward = ClassifierReward(classifier, **DIGITS_REWARD)
     cfg = DiffusionGRPOConfig(**{**BENCH_CONFIG, **({"max_steps": steps} if steps else {})}, seed=seed)
