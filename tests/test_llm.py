@@ -8,7 +8,7 @@ import torch
 from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer, completion_logprobs, token_weights
 from minigrpo.llm.models import load_causal_lm, make_tiny_model, tiny_config
 from minigrpo.llm.sampling import completion_mask, encode_prompts, generate, process_logits, sequence_logprobs
-from minigrpo.llm.tasks import AdditionTask, CountdownTask, Problem
+from minigrpo.llm.tasks import AdditionTask, CountdownTask, Problem, SortTask
 from minigrpo.llm.tokenizer import build_char_tokenizer
 from minigrpo.losses import reinforce_loss
 
@@ -108,6 +108,36 @@ def test_tasks_reward_correct_and_well_formed_answers():
     held = {x.prompt for x in cd.eval_set}
     rng = random.Random(0)
     assert all(cd.sample(rng).prompt not in held for _ in range(300))
+
+
+def test_sort_task_and_its_imperfect_teacher():
+    task = SortTask(min_len=5, max_len=8)
+    p = Problem("sort 70931:", "01379", ("70931",))
+    assert task.reward(p, "01379") == pytest.approx(1.1) and task.reward(p, "01397") == pytest.approx(0.1)
+    assert task.reward(p, "0137") == pytest.approx(0.1) and task.reward(p, "01 379") == 0.0
+    rng = random.Random(0)
+    for _ in range(200):
+        q = task.sample(rng)
+        slip = task.noisy_answer(q, rng)
+        assert task.is_correct(q, q.answer) and task.is_well_formed(slip) and not task.is_correct(q, slip)
+        assert 5 <= len(q.meta[0]) <= 8
+    assert task.noisy_answer(Problem("sort 777:", "777", ("777",)), rng) == "77"  # no wrong order exists
+    with pytest.raises(NotImplementedError, match="slips"):
+        AdditionTask(eval_size=2).noisy_answer(p, rng)
+
+
+def test_sft_with_a_noisy_teacher_replaces_the_demanded_share_of_answers(tok, monkeypatch):
+    """demo_error_rate = 1: every demonstration is a slip; 0: none is."""
+    import minigrpo.llm.sft as sft
+
+    task, seen = SortTask(eval_size=2), []
+    real = sft.sft_batch
+    monkeypatch.setattr(sft, "sft_batch", lambda t, problems, device: seen.extend(problems) or real(t, problems, device))
+    m = make_tiny_model(tok, "llama", seed=0, hidden_size=32)
+    for rate, wrong in ((1.0, True), (0.0, False)):
+        seen.clear()
+        sft.train_sft(m, tok, task, sft.SFTConfig(steps=2, batch_size=8, demo_error_rate=rate), progress=False)
+        assert len(seen) == 16 and all(task.is_correct(p, p.answer) != wrong for p in seen)
 
 
 def _trainer(tok, model, **kw):

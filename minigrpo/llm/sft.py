@@ -8,7 +8,7 @@ GRPO improves on (as in DeepSeek-R1's "cold start" SFT before RL).
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
@@ -25,6 +25,7 @@ class SFTConfig:
     batch_size: int = 64  #: problems per step
     learning_rate: float = 3e-3  #: AdamW step size (cosine-decayed to 10%)
     weight_decay: float = 0.0  #: AdamW weight decay
+    demo_error_rate: float = 0.0  #: share of demonstrations replaced by a teacher's slip (task.noisy_answer)
     seed: int = 0  #: seeds the problem stream (the model is seeded where it is made)
 
 
@@ -59,7 +60,11 @@ def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, pro
     model.train()
     hist = {"step": [], "loss": []}
     for step in tqdm(range(1, cfg.steps + 1), desc=f"SFT {task.name}", disable=not progress):
-        ids, attn, mask = sft_batch(tokenizer, [task.sample(rng) for _ in range(cfg.batch_size)], device)
+        problems = [task.sample(rng) for _ in range(cfg.batch_size)]
+        if cfg.demo_error_rate:  # an imperfect teacher: some demonstrations are wrong
+            problems = [replace(p, answer=task.noisy_answer(p, rng)) if rng.random() < cfg.demo_error_rate else p
+                        for p in problems]
+        ids, attn, mask = sft_batch(tokenizer, problems, device)
         logp = token_logprobs(model(input_ids=ids, attention_mask=attn).logits, ids)
         loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad()

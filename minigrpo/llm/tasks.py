@@ -3,6 +3,9 @@
 - ``AdditionTask``: ``"47+38="`` → ``"85"``. One right answer.
 - ``CountdownTask``: ``"3,5,7>22:"`` → an expression using each number exactly once that equals
   the target, e.g. ``"3*5+7"`` or ``"5*3+7"``. Many right answers: the policy can find its own.
+- ``SortTask``: ``"sort 70931:"`` → ``"01379"``. Easy to learn; paired with an imperfect teacher
+  (``noisy_answer``: a demonstrator who sometimes swaps two neighbours) it makes a reference policy
+  that knows the skill but imitated its teacher's slips.
 
 Each task has a fixed held-out evaluation set (problems never drawn for training) and two rewards:
 ``format_reward`` (is the completion well formed and finished with EOS?) and ``correctness_reward``
@@ -54,6 +57,10 @@ class Task:
 
     def is_correct(self, problem: Problem, completion: str) -> bool:
         raise NotImplementedError
+
+    def noisy_answer(self, problem: Problem, rng: random.Random) -> str:
+        """A plausible wrong answer, as an imperfect demonstrator would write it (SFT's ``demo_error_rate``)."""
+        raise NotImplementedError(f"{type(self).__name__} has no model of a demonstrator's slips")
 
     def format_reward(self, problem: Problem, completion: str, finished: bool = True) -> float:
         """1 if the completion ended with EOS and has the task's shape, else 0."""
@@ -126,4 +133,37 @@ class CountdownTask(Task):
         return used == list(numbers) and eval(completion) == target  # noqa: S307 - validated above
 
 
-TASKS = {"addition": AdditionTask, "countdown": CountdownTask}
+class SortTask(Task):
+    """``sort 70931:`` → ``01379``: the digits in ascending order (``min_len``..``max_len`` digits)."""
+
+    name = "sort"
+
+    def __init__(self, min_len: int = 5, max_len: int = 8, **kwargs):
+        if not 2 <= min_len <= max_len:
+            raise ValueError(f"need 2 <= min_len <= max_len, got {min_len}, {max_len}")
+        self.min_len, self.max_len = min_len, max_len
+        self.max_completion_length = max_len + 2  # the digits, EOS, one spare
+        super().__init__(**kwargs)
+
+    def _draw(self, rng: random.Random) -> Problem:
+        digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(self.min_len, self.max_len)))
+        return Problem(f"sort {digits}:", "".join(sorted(digits)), (digits,))
+
+    def is_well_formed(self, completion: str) -> bool:
+        return re.fullmatch(r"\d+", completion) is not None
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        return completion == "".join(sorted(problem.meta[0]))
+
+    def noisy_answer(self, problem: Problem, rng: random.Random) -> str:
+        """The sorted digits with one pair of unequal neighbours swapped (a slip, not a different skill)."""
+        s = list(problem.answer)
+        spots = [i for i in range(len(s) - 1) if s[i] != s[i + 1]]
+        if not spots:  # all digits equal: no wrong order exists; drop one instead
+            return "".join(s[1:])
+        i = rng.choice(spots)
+        s[i], s[i + 1] = s[i + 1], s[i]
+        return "".join(s)
+
+
+TASKS = {"addition": AdditionTask, "countdown": CountdownTask, "sort": SortTask}
