@@ -244,6 +244,17 @@ def test_first_minibatch_ratio_is_one_and_gradient_is_reinforce():
     assert stats["clip_frac"] == 0
 
 
+@pytest.mark.parametrize("sampler", ["ddim", "ddpm"])
+def test_trainer_sees_ratio_one_on_its_first_minibatch(sampler):
+    # one minibatch, μ = 1: the trainer rescored exactly what the sampler recorded (mixed timesteps per row)
+    cfg = DiffusionGRPOConfig(max_steps=1, prompts_per_step=2, num_generations=3, num_inference_steps=4,
+                              sampler=sampler, timestep_fraction=0.5, logprob_reduction="sum")
+    trainer = DiffusionGRPOTrainer(tiny_unet(), DDPMScheduler(num_train_timesteps=100), ink_reward, cfg)
+    m = trainer.step()
+    assert m["log_ratio_abs_max"] < 1e-4 and m["clip_frac"] == 0  # measured: exactly 0 on CPU; float32 sums leave room
+    assert m["ratio_min"] > 1 - 1e-4 and m["ratio_max"] < 1 + 1e-4
+
+
 def test_kl_to_base_is_zero_at_start_and_positive_after_training():
     cfg = DiffusionGRPOConfig(max_steps=2, prompts_per_step=2, num_generations=2, num_inference_steps=3,
                               beta=0.1, learning_rate=1e-2, num_minibatches=2)
