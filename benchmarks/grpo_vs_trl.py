@@ -53,7 +53,7 @@ def time_ours(steps: int, warmup: int) -> list[float]:
 
 def time_trl(steps: int, warmup: int) -> list[float]:
     from datasets import Dataset
-    from transformers import TrainerCallback
+    from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer as TRLTrainer
 
@@ -86,6 +86,7 @@ def time_trl(steps: int, warmup: int) -> list[float]:
                          disable_tqdm=True, seed=0)
         trainer = TRLTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                              processing_class=tok, callbacks=[clock])
+        trainer.remove_callback(PrinterCallback)  # no end-of-training summary dict on stdout
         trainer.train()
     return clock.marks[warmup:]
 
