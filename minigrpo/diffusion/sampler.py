@@ -286,7 +286,8 @@ class ReverseProcess:
         ``reduction``: ``"sum"`` over the D pixels is the exact log-density of the step; ``"mean"``
         (DDPO's choice) divides it by D. A log-ratio log π_θ − log π_old is then D times smaller, so a
         clip range ε means a much looser trust region: DDPO pairs the mean with a tiny ε (1e-4). With
-        the sum, the same ε clips almost every step as soon as the weights move.
+        the sum, ε = 0.2 already clips a large share of the steps once the weights move (lesson 09
+        measures both: roughly, "sum with ε" behaves like "mean with ε / D").
         With ``return_mean=True`` also returns the Gaussian's mean and std (for an analytic KL).
         """
         t = self._t(t, x_t.shape[0], x_t.device)
