@@ -108,6 +108,7 @@ _L04 = "notebooks/04_ppo.ipynb"
 _L05 = "notebooks/05_ppo_to_grpo.ipynb"
 _L06 = "notebooks/06_grpo_llm.ipynb"
 _L07 = "notebooks/07_debugging_grpo.ipynb"
+_L09 = "notebooks/09_grpo_diffusion.ipynb"
 _L10 = "notebooks/10_efficient_attention.ipynb"
 
 _GRPO_OBJECTIVE_06 = Demo(_L06, "## 4. The GRPO objective, and where each term is in the code")
@@ -1012,8 +1013,7 @@ QUESTIONS: tuple[Question, ...] = (
             "of chains can serve several updates, and a KL leash. Keep classifier-free guidance identical in "
             "sampling and scoring, use a small clip range, and look at images, since reward models are easy to game."
         ),
-        demo=Demo(_L05, "## 2. The GRPO objective"),
-        planned="09",
+        demo=Demo(_L09, "## 10. Why not REINFORCE on the final image?"),
     ),
     Question(
         id="diffusion-mdp", topic="diffusion", seeds=("000.a",),
@@ -1038,8 +1038,7 @@ QUESTIONS: tuple[Question, ...] = (
             "under a diffusion model is intractable, but the likelihood of each denoising step is an explicit "
             "Gaussian, and the chain's log-probability is their sum."
         ),
-        demo=Demo(_L00, "**Q7. How is LLM fine-tuning with RL (e.g. GRPO) an MDP?**"),
-        planned="09",
+        demo=Demo(_L09, "## 2. The denoising chain as an MDP"),
     ),
     Question(
         id="diffusion-sampling", topic="diffusion", seeds=("000.b",),
@@ -1064,8 +1063,7 @@ QUESTIONS: tuple[Question, ...] = (
             "with per-prompt running statistics. An all-equal group gives zero. Storing T latents per image is the "
             "memory cost, and many implementations train on a random subset of the timesteps of each chain."
         ),
-        demo=Demo(_L05, "## 3. A worked example: rewards 85, 92, 70"),
-        planned="09",
+        demo=Demo(_L09, "## 4. Trajectories and their log-probs"),
     ),
     Question(
         id="diffusion-loss", topic="diffusion", seeds=("000.c",),
@@ -1089,10 +1087,11 @@ QUESTIONS: tuple[Question, ...] = (
             "ρ = 1 (the first update after sampling) the surrogate's gradient is exactly that, with the group "
             "baseline inside A; the ratio and clip only matter when the batch is reused. Because each step's "
             "log-prob is a sum over many latent dimensions, small weight changes move the ratio a lot, so the clip "
-            "range is far smaller than for language models (DDPO uses 1e-4)."
+            "range is far smaller than for language models (DDPO uses 1e-4). Averaging the log-density over pixels "
+            "instead of summing shrinks the log-ratio by the number of dimensions, so ε must be chosen for the "
+            "convention in use."
         ),
-        demo=_GRPO_OBJECTIVE_06,
-        planned="09",
+        demo=Demo(_L09, "## 6. The objective, and why it is a policy gradient over the chain"),
     ),
     Question(
         id="diffusion-pseudocode", topic="diffusion", seeds=("000.d",),
@@ -1129,8 +1128,7 @@ QUESTIONS: tuple[Question, ...] = (
             "The rollout is gradient-free and records everything the update needs; the update recomputes only the "
             "step log-probs of stored transitions, so its cost is one network call per (chain, step) used."
         ),
-        demo=_GRPO_OBJECTIVE_06,
-        planned="09",
+        demo=Demo(_L09, "## 7. Training"),
     ),
     # ----------------------------------------------------------------------------- attention (lesson 10)
     Question(
