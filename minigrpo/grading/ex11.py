@@ -12,6 +12,7 @@ import torch
 from minigrpo.advantages import gae as package_gae
 from minigrpo.advantages import group_advantages as package_group_advantages
 from minigrpo.attention import kv_cache_bytes as package_kv_cache_bytes
+from minigrpo.grading import ex05
 from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
 from minigrpo.losses import clipped_surrogate_loss
 
@@ -28,33 +29,9 @@ def group_advantages_of(rewards):
     return package_group_advantages(r, r.numel(), eps=EPS)
 
 
-def _r(rewards):
-    return torch.as_tensor(rewards, dtype=torch.float64)
-
-
-def _ga_population_std(rewards):
-    r = _r(rewards)
-    return (r - r.mean()) / (r.std(unbiased=False) + EPS)
-
-
-def _ga_no_std(rewards):
-    r = _r(rewards)
-    return r - r.mean()
-
-
-def _ga_no_centring(rewards):
-    r = _r(rewards)
-    return r / (r.std() + EPS)
-
-
-def _ga_no_eps(rewards):
-    r = _r(rewards)
-    return (r - r.mean()) / r.std()
-
-
-def _ga_leave_one_out(rewards):
-    r = _r(rewards)
-    return (r - (r.sum() - r) / (r.numel() - 1)) / (r.std() + EPS)
+def _one_group(mistake):
+    """A multi-group mistake of exercise 05, applied to one group."""
+    return lambda rewards: mistake(torch.as_tensor(rewards, dtype=torch.float64), len(rewards))
 
 
 GA_CASES = [
@@ -71,18 +48,18 @@ GROUP_ADVANTAGES = Item(
     exercise="11", number=1, function="group_advantages_of", title="GRPO advantages of one group",
     reference=group_advantages_of, cases=GA_CASES,
     wrong_answers=[
-        WrongAnswer("population std", checked_by(group_advantages_of, _ga_population_std),
+        WrongAnswer("population std", checked_by(group_advantages_of, _one_group(ex05._ga_population_std)),
                     "you divided by the population std (÷ G, numpy's default); the convention here is the sample "
                     "std (÷ (G − 1)), torch.std's default. Say which one you use in an interview: only the scale changes."),
-        WrongAnswer("no std", checked_by(group_advantages_of, _ga_no_std),
+        WrongAnswer("no std", checked_by(group_advantages_of, _one_group(ex05._rloo_leave_in)),
                     "after subtracting the mean, divide by the group's sample std plus 1e-4 (Dr. GRPO drops it, but "
                     "the quiz asks for GRPO's original advantage)."),
-        WrongAnswer("no centring", checked_by(group_advantages_of, _ga_no_centring),
+        WrongAnswer("no centring", checked_by(group_advantages_of, _one_group(ex05._ga_no_centring)),
                     "subtract the group mean first: the advantage is how much better an answer is than its siblings, "
                     "so the group's advantages must average to 0."),
-        WrongAnswer("no eps", checked_by(group_advantages_of, _ga_no_eps),
+        WrongAnswer("no eps", checked_by(group_advantages_of, _one_group(ex05._ga_no_eps)),
                     "add 1e-4 to the std: an all-equal group has std 0, and 0/0 is NaN; with the eps it is exactly 0."),
-        WrongAnswer("leave-one-out baseline", checked_by(group_advantages_of, _ga_leave_one_out),
+        WrongAnswer("leave-one-out baseline", checked_by(group_advantages_of, _one_group(ex05._rloo_with_std)),
                     "GRPO's baseline is the mean of the whole group, the answer itself included; the mean of the "
                     "*other* answers is RLOO's."),
     ],
