@@ -198,6 +198,13 @@ def test_grade_gives_full_marks_when_the_solution_is_pasted_in(tmp_path):
     assert "score: 4/4   full marks!" in proc.stdout
 
 
+def test_grade_accepts_a_relative_path_and_refuses_a_missing_one():
+    proc = _grade("--path", "solutions/05_ppo_to_grpo.ipynb")  # relative to where the learner stands
+    assert proc.returncode == 0 and "full marks!" in proc.stdout, proc.stdout + proc.stderr
+    proc = _grade("--path", "exercises/05_missing.ipynb")
+    assert proc.returncode == 2 and "no notebook at exercises/05_missing.ipynb" in proc.stderr
+
+
 def test_compare_handles_nan_and_inf_differences():
     assert "NaN or inf" in compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("inf")]))
     assert "NaN" in compare(torch.tensor([float("nan"), 2.0]), torch.tensor([1.0, 2.0]))

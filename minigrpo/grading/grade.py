@@ -35,6 +35,7 @@ class Row:
 def run_nbval(path: Path, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT) -> tuple[bool, str]:
     """Run a notebook under ``pytest --nbval-lax`` in smoke mode; return (passed, one-line detail)."""
     env = dict(os.environ, **{SMOKE_ENV_VAR: "1"})
+    path = Path(path).resolve()  # the run starts in the notebook's folder: a relative path would miss it
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
            "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}", str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=path.parent)
@@ -43,6 +44,9 @@ def run_nbval(path: Path, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT) -> tuple[bo
     passed, failed = counts.get("passed", 0), counts.get("failed", 0) + counts.get("error", 0)
     if proc.returncode == 0:
         return True, f"ran top to bottom; {passed} cells checked"
+    if passed + failed == 0:  # pytest stopped before running a cell: show why
+        last = [line for line in out.splitlines() if line.strip()][-1:] or ["no output"]
+        return False, f"the notebook did not run under pytest: {last[0].strip()}"
     failing = [int(n) for n in re.findall(r"^FAILED \S+::Cell (\d+)", out, flags=re.M)]
     # nbval numbers the code cells from 0; people count from 1.
     where = f" (the first is code cell {min(failing) + 1} of {passed + failed})" if failing else ""
@@ -89,6 +93,9 @@ def format_table(exercise: str, path: Path, rows: list[Row], width: int = 100) -
 def main(exercise: str | None = None, path: str | None = None, notebook: bool = True,
          verbose: bool = False) -> int:
     """Grade one exercise (or all); print the tables; exit status 0 only with full marks."""
+    if path is not None and not Path(path).is_file():
+        print(f"minigrpo grade: no notebook at {path}", file=sys.stderr)
+        return 2
     if path is not None and exercise is None:
         exercise = Path(path).name[:2]
     todo = [exercise] if exercise else list(EXERCISES)
