@@ -101,10 +101,10 @@ class GRPOConfig:
 
 def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temperature: float,
                         with_entropy: bool = False):
-    """Log-probs ``[b, C]`` of the completion tokens of ``rows`` under ``model`` (one forward pass),
-    and optionally the per-token entropy of the (temperature-scaled) policy."""
+    """Log-probs ``[b, C]`` of the completion tokens of ``rows`` under ``model`` (each distinct prompt run once,
+    see ``sampling.completion_logits``), and optionally the per-token entropy of the temperature-scaled policy."""
     completion = gen.completion_ids[rows]
-    logits = completion_logits(model, gen.prompt_ids[rows], gen.prompt_mask[rows], completion)  # shared prompts
+    logits = completion_logits(model, gen.prompt_ids[rows], gen.prompt_mask[rows], completion)
     logp = aligned_logprobs(logits, completion, temperature)
     if not with_entropy:
         return logp
