@@ -72,8 +72,8 @@ def _step_fn(step: Step | None, bugs: Iterable[str]) -> Step:
     return step if step is not None else functools.partial(buggy_grpo_step, bugs=frozenset(bugs))
 
 
-def _batch(model, tokenizer, rewards=None, temperature=TEMPERATURE) -> RolloutBatch:
-    return make_batch(model, tokenizer, list(PROMPTS), GROUP_SIZE, MAX_NEW_TOKENS, temperature, rewards)
+def _batch(model, tokenizer, rewards=None) -> RolloutBatch:
+    return make_batch(model, tokenizer, list(PROMPTS), GROUP_SIZE, MAX_NEW_TOKENS, TEMPERATURE, rewards)
 
 
 def _run(model, tokenizer, step: Step, cfg: StepConfig | None = None, lr: float = 0.0, with_ref: bool = False,
@@ -81,7 +81,7 @@ def _run(model, tokenizer, step: Step, cfg: StepConfig | None = None, lr: float 
     """Run ``step`` on a copy of ``model``: SGD with ``lr`` = 0 (nothing moves) or Adam with ``lr`` > 0."""
     policy = copy.deepcopy(model)
     ref = copy.deepcopy(model).eval().requires_grad_(False) if with_ref else None
-    batch = batch if batch is not None else _batch(policy, tokenizer)
+    batch = batch if batch is not None else _batch(model, tokenizer)  # sampling runs under no_grad
     opt = torch.optim.Adam(policy.parameters(), lr=lr) if lr > 0 else torch.optim.SGD(policy.parameters(), lr=0.0)
     return step(policy, ref, batch, opt, cfg or StepConfig()), batch
 
@@ -133,8 +133,7 @@ def loss_matches_hand_value(model, tokenizer, step: Step | None = None, bugs: It
 
 def invariant_to_tokens_after_eos(model, tokenizer, step: Step | None = None, bugs: Iterable[str] = ()) -> Detection:
     fn = _step_fn(step, bugs)
-    policy = copy.deepcopy(model)
-    b = _batch(policy, tokenizer)
+    b = _batch(model, tokenizer)
     after = b.gen.completion_mask == 0
     if not after.any():
         raise ValueError("no completion of the batch ended before max_new_tokens: nothing follows an EOS to change")
@@ -150,9 +149,8 @@ def invariant_to_tokens_after_eos(model, tokenizer, step: Step | None = None, bu
 
 
 def zero_grad_on_all_equal_groups(model, tokenizer, step: Step | None = None, bugs: Iterable[str] = ()) -> Detection:
-    policy = copy.deepcopy(model)
     rewards = torch.arange(len(PROMPTS), dtype=torch.float32).repeat_interleave(GROUP_SIZE)  # equal within a group
-    rec, _ = _run(model, tokenizer, _step_fn(step, bugs), batch=_batch(policy, tokenizer, rewards))
+    rec, _ = _run(model, tokenizer, _step_fn(step, bugs), batch=_batch(model, tokenizer, rewards))
     g = rec.grad
     v = float("inf") if not torch.isfinite(g).all() else g.abs().max().item()
     return _result("zero_grad_on_all_equal_groups", v, 0.0, "groups of equal rewards give exactly zero gradient",
