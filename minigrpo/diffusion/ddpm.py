@@ -25,7 +25,7 @@ from diffusers.optimization import get_cosine_schedule_with_warmup
 from tqdm.auto import tqdm
 
 from ..utils import torch_threads
-from .data import load_digits_images
+from .data import NUM_CLASSES, load_digits_images
 from .models import load_base_model, make_scheduler, make_unet, null_class, save_base_model
 
 
@@ -193,6 +193,11 @@ def base_config_hash(config: dict) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
+def _base_folder(cache_dir: str | Path | None, config: dict) -> Path:
+    """``<cache_dir>/<hash of config>``, ``cache_dir`` defaulting to :func:`default_cache_dir`."""
+    return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / base_config_hash(config)
+
+
 def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress: bool = True,
                     **overrides) -> tuple[UNet2DModel, DDPMScheduler]:
     """The trained base model ``(unet, scheduler)``: loaded from the cache, or trained and cached.
@@ -206,12 +211,11 @@ def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress
     if unknown:
         raise ValueError(f"unknown base-model settings {sorted(unknown)}; valid: {sorted(BASE_CONFIG)}")
     config = {**BASE_CONFIG, **overrides, "seed": seed}
-    folder = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    folder = folder / base_config_hash(config)
+    folder = _base_folder(cache_dir, config)
     if (folder / "train.json").is_file():
         return load_base_model(folder)
     images, labels = load_digits_images(config["image_size"])
-    unet = make_unet(config["image_size"], 10, tuple(config["block_out_channels"]), config["layers_per_block"],
+    unet = make_unet(config["image_size"], NUM_CLASSES, tuple(config["block_out_channels"]), config["layers_per_block"],
                      config["norm_num_groups"], seed=seed)
     scheduler = make_scheduler(config["num_train_timesteps"], config["beta_schedule"])
     start = time.perf_counter()
@@ -232,7 +236,5 @@ def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress
 
 def base_training_log(cache_dir: str | Path | None = None, seed: int = 0, **overrides) -> dict | None:
     """The ``train.json`` of a cached base model (config, losses, seconds), or None if not cached."""
-    config = {**BASE_CONFIG, **overrides, "seed": seed}
-    folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / base_config_hash(config)
-    path = folder / "train.json"
+    path = _base_folder(cache_dir, {**BASE_CONFIG, **overrides, "seed": seed}) / "train.json"
     return json.loads(path.read_text()) if path.is_file() else None

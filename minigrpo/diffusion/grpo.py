@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minigrpo._checks import check_finite
 from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProcess, ddim_scheduler,
                                         gaussian_kl_same_std, unet_output)
@@ -115,9 +116,7 @@ def check_rewards(rewards, n: int) -> torch.Tensor:
     r = torch.as_tensor(rewards, dtype=torch.float32).detach().cpu()
     if r.shape != (n,):
         raise ValueError(f"the reward function must return one scalar per image, shape [{n}]; got {tuple(r.shape)}")
-    if not torch.isfinite(r).all():
-        bad = int((~torch.isfinite(r)).nonzero()[0])
-        raise ValueError(f"the reward function returned NaN or inf (first at image {bad}: {r[bad].item()})")
+    check_finite(r, "the reward function's output")
     return r
 
 

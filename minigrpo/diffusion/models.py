@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler, UNet2DModel
+from diffusers import DDPMScheduler, UNet2DModel
 
 #: Defaults chosen for 16×16 digits on a CPU (see lesson 08).
 NUM_TRAIN_TIMESTEPS = 100
@@ -59,11 +59,6 @@ def make_scheduler(num_train_timesteps: int = NUM_TRAIN_TIMESTEPS, beta_schedule
     """
     return DDPMScheduler(num_train_timesteps=num_train_timesteps, beta_schedule=beta_schedule,
                          prediction_type="epsilon", **kwargs)
-
-
-def ddim_from(scheduler: DDPMScheduler) -> DDIMScheduler:
-    """The DDIM scheduler with the same noise schedule as ``scheduler``."""
-    return DDIMScheduler.from_config(scheduler.config)
 
 
 def save_base_model(unet: UNet2DModel, scheduler: DDPMScheduler, folder: str | Path) -> Path:

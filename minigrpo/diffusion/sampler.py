@@ -36,8 +36,19 @@ from dataclasses import dataclass
 
 import torch
 
-KINDS = ("ddpm", "ddim")
 REDUCTIONS = ("mean", "sum")
+
+
+def _check_reduction(reduction: str) -> None:
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+
+
+def _reduce_pixels(per_pixel: torch.Tensor, reduction: str) -> torch.Tensor:
+    """Mean or sum over every non-batch dimension."""
+    dims = tuple(range(1, per_pixel.ndim))
+    return per_pixel.mean(dims) if reduction == "mean" else per_pixel.sum(dims)
+
 
 #: how the sampler calls the network: ``model_fn(model, x_t, t, labels) -> predicted noise (or x₀/v)``
 ModelFn = Callable[[torch.nn.Module, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -67,15 +78,13 @@ def gaussian_logprob(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, red
     the image; ``"mean"`` divides it by the number of pixels D (DDPO's choice): log-ratios become
     about D times smaller, so the same clip range ε clips far less often (lesson 09 measures it).
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+    _check_reduction(reduction)
     if x.shape != mean.shape:
         raise ValueError(f"x and mean must have the same shape, got {tuple(x.shape)} and {tuple(mean.shape)}")
     if (std <= 0).any():
         raise ValueError("the standard deviation must be > 0: a deterministic step (σ = 0) has no density")
     per_pixel = -((x - mean) ** 2) / (2 * std**2) - torch.log(std) - 0.5 * math.log(2 * math.pi)
-    dims = tuple(range(1, x.ndim))
-    return per_pixel.mean(dims) if reduction == "mean" else per_pixel.sum(dims)
+    return _reduce_pixels(per_pixel, reduction)
 
 
 @dataclass
@@ -162,15 +171,11 @@ class ReverseProcess:
             final = torch.ones(1)
         self._alphas = torch.cat([final, ac])
         # previous timestep of every t in the chain (a lookup table over 0..T-1; -1 = "before t=0")
-        prev = torch.full((T,), -1, dtype=torch.long)
         if self.kind == "ddim":
-            step = T // num_inference_steps
-            prev = torch.arange(T) - step
-            prev = torch.where(prev >= 0, prev, torch.full_like(prev, -1))
+            prev = (torch.arange(T) - T // num_inference_steps).clamp(min=-1)
         else:
-            ts = self.timesteps
-            prev[ts[:-1]] = ts[1:]
-            prev[ts[-1]] = -1
+            prev = torch.full((T,), -1, dtype=torch.long)
+            prev[self.timesteps[:-1]] = self.timesteps[1:]
         self._prev = prev
 
     # ------------------------------------------------------------------ coefficients
@@ -253,8 +258,7 @@ class ReverseProcess:
             reduction: ``"mean"`` or ``"sum"`` over pixels for the recorded log-probs.
             x_T: the starting noise ``[B, C, H, W]`` (default: drawn from ``generator``).
         """
-        if reduction not in REDUCTIONS:
-            raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
+        _check_reduction(reduction)
         labels = torch.as_tensor(labels)
         if labels.ndim != 1 or labels.numel() == 0:
             raise ValueError(f"labels must be a non-empty 1-D tensor [B], got shape {tuple(labels.shape)}")
@@ -313,8 +317,5 @@ def gaussian_kl_same_std(mean: torch.Tensor, ref_mean: torch.Tensor, std: torch.
     Both policies share σ (it comes from the schedule, not the network), so the log-σ terms cancel
     and the KL is exact — no sampling estimator (k1/k2/k3) is needed.
     """
-    if reduction not in REDUCTIONS:
-        raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
-    per_pixel = (mean - ref_mean) ** 2 / (2 * std**2)
-    dims = tuple(range(1, mean.ndim))
-    return per_pixel.mean(dims) if reduction == "mean" else per_pixel.sum(dims)
+    _check_reduction(reduction)
+    return _reduce_pixels((mean - ref_mean) ** 2 / (2 * std**2), reduction)

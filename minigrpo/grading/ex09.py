@@ -130,6 +130,10 @@ GAUSSIAN_STEP_LOGPROB = Item(
 # --------------------------------------------------------------------------- 09.2 diffusion_grpo_loss
 
 
+def _ratio(logp, old_logp):
+    return torch.exp(logp - old_logp.detach())
+
+
 def _clipped(ratio, a, epsilon, pick=torch.min):
     return pick(ratio * a, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * a)
 
@@ -141,12 +145,7 @@ def diffusion_grpo_loss(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
                          f"and {tuple(kl.shape)}")
     if advantages.shape != (logp.shape[0],):
         raise ValueError(f"advantages must be one per chain, [B] = [{logp.shape[0]}], got {tuple(advantages.shape)}")
-    ratio = torch.exp(logp - old_logp.detach())
-    return (-_clipped(ratio, advantages.detach().unsqueeze(1), epsilon) + beta * kl).mean()
-
-
-def _ratio(logp, old_logp):
-    return torch.exp(logp - old_logp.detach())
+    return (-_clipped(_ratio(logp, old_logp), advantages.detach().unsqueeze(1), epsilon) + beta * kl).mean()
 
 
 def _gl_unclipped(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
