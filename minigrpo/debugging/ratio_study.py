@@ -24,7 +24,7 @@ from dataclasses import replace
 import torch
 
 from minigrpo.debugging.buggy_step import RolloutBatch, StepConfig, buggy_grpo_step, make_batch
-from minigrpo.llm.sampling import Generation, generate, position_ids_from_mask, process_logits
+from minigrpo.llm.sampling import Generation, completion_logits, process_logits
 
 #: cause → (family, what is compared, what to check in a real pipeline)
 CAUSES: dict[str, tuple[str, str, str]] = {
@@ -61,10 +61,7 @@ PROMPTS = ("12+34=", "45+67=", "50+50=", "7+8=", "23+19=", "81+11=", "66+66=", "
 def score(model, gen: Generation, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """``[B, C]`` log-probs of the completion tokens under ``model`` with the sampler's transforms, one forward
     pass in ``model``'s current mode and dtype (the log-softmax in at least fp32)."""
-    ids, attn = gen.sequences, gen.attention_mask
-    logits = model(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits
-    P = gen.prompt_ids.shape[1]
-    logits = logits[:, P - 1:-1]
+    logits = completion_logits(model, gen.prompt_ids, gen.prompt_mask, gen.completion_ids, shared_prefix=False)
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     logp = torch.log_softmax(process_logits(logits, temperature, top_k, top_p), -1)
