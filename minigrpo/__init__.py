@@ -1,11 +1,35 @@
 """minigrpo: policy-gradient reinforcement learning from REINFORCE to GRPO, one tested step at a time.
 
-Shared math lives at the top (`advantages`, `losses`); each "world" the course trains in has its own
-sub-package (`control` for gymnasium environments; later `llm` and `diffusion`).
+Shared math lives at the top (`advantages`, `losses`, `trust_region`, `attention`); each "world" the
+course trains in has its own sub-package: `control` (gymnasium environments), `llm` (a small language
+model) and `diffusion` (a DDPM image model). `debugging` holds lesson 07's broken GRPO steps,
+`grading` the exercise grader and `interview` the interview practice; `cli` is the `minigrpo` command.
+
+`import minigrpo` does not import torch: `get_device` and `seed_everything` are loaded from
+`minigrpo.utils` the first time they are used, so the command line starts fast.
 """
+
+from __future__ import annotations
+
+import importlib
+
+from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke, smoke_or_full
 
 __version__ = "0.1.0"
 
-from minigrpo.utils import SMOKE_ENV_VAR, get_device, is_smoke, seed_everything, smoke_or_full
+#: names served lazily (PEP 562): importing their module imports torch
+_LAZY = {"get_device": "minigrpo.utils", "seed_everything": "minigrpo.utils"}
 
 __all__ = ["SMOKE_ENV_VAR", "get_device", "is_smoke", "seed_everything", "smoke_or_full", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'minigrpo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

@@ -1,4 +1,4 @@
-"""Seeding, device choice and the smoke/full switch shared by every lesson."""
+"""Seeding, device choice and the smoke/full switch (defined torch-free in `minigrpo.smoke`, re-exported here)."""
 
 from __future__ import annotations
 
@@ -6,30 +6,14 @@ import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import torch
 
-T = TypeVar("T")
+from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke, smoke_or_full
 
-#: The one environment variable that switches every notebook and trainer to its tiny "smoke"
-#: configuration (about a minute per notebook on 2 CPU cores). The test-suite sets it.
-SMOKE_ENV_VAR = "MINIGRPO_SMOKE"
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def is_smoke() -> bool:
-    """True when ``MINIGRPO_SMOKE`` is set to 1/true/yes/on (case-insensitive)."""
-    return os.environ.get(SMOKE_ENV_VAR, "").strip().lower() in _TRUE
-
-
-def smoke_or_full(smoke: T, full: T) -> T:
-    """Pick a setting: ``smoke`` under the smoke switch, ``full`` otherwise.
-
-    >>> iterations = smoke_or_full(smoke=5, full=200)
-    """
-    return smoke if is_smoke() else full
+__all__ = ["SMOKE_ENV_VAR", "get_device", "is_smoke", "seed_everything", "smoke_or_full", "torch_threads"]
 
 
 def get_device(prefer: str | None = None) -> torch.device:
