@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minigrpo._checks import non_negative, positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
 from minigrpo.losses import reinforce_loss, value_loss
@@ -27,6 +28,12 @@ class A2CConfig(OnPolicyConfig):
     ent_coef: float = 0.01  #: weight of the entropy bonus
     vf_coef: float = 0.5  #: weight of the value loss
     max_grad_norm: float = 0.5  #: global gradient-norm clip
+
+    def __post_init__(self):
+        super().__post_init__()
+        positive(self, "learning_rate")
+        non_negative(self, "ent_coef", "vf_coef")
+        positive(self, "max_grad_norm", finite=False)  # inf: no clipping
 
 
 def make_a2c_update(cfg: A2CConfig):

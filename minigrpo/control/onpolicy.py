@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minigrpo._checks import at_least, check_config_types, in_unit_interval, positive
 from minigrpo.advantages import gae
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.rollouts import evaluate
@@ -42,6 +43,14 @@ class OnPolicyConfig:
     eval_episodes: int = 10  #: episodes per evaluation
     target_return: float | None = None  #: stop once an evaluation's mean reaches this (None: never)
     reward_scale: float = 1.0  #: rewards are multiplied by this for learning only (logged returns stay raw)
+
+    def __post_init__(self):
+        # Subclasses call this first (super().__post_init__()), then check their own fields.
+        check_config_types(self)
+        at_least(self, 0, "seed", "eval_every_steps")  # gymnasium refuses negative seeds
+        at_least(self, 1, "total_timesteps", "num_envs", "num_steps", "eval_episodes", "hidden_sizes")
+        in_unit_interval(self, "gamma", "gae_lambda")
+        positive(self, "reward_scale")
 
     @property
     def batch_size(self) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from minigrpo._checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
 from minigrpo.losses import clipped_surrogate_loss, value_loss
@@ -46,8 +47,13 @@ class PPOConfig(OnPolicyConfig):
     target_kl: float | None = None  #: stop this iteration's epochs once approx_kl exceeds it
 
     def __post_init__(self):
+        super().__post_init__()
+        at_least(self, 1, "update_epochs", "num_minibatches")
+        positive(self, "learning_rate", "clip_coef", "target_kl")
+        non_negative(self, "ent_coef", "vf_coef")
+        positive(self, "max_grad_norm", finite=False)  # inf: no clipping
         if self.batch_size % self.num_minibatches:
-            raise ValueError(f"num_minibatches ({self.num_minibatches}) must divide the batch size "
+            raise ValueError(f"PPOConfig.num_minibatches ({self.num_minibatches}) must divide the batch size "
                              f"num_envs * num_steps = {self.batch_size}")
 
 

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minigrpo._checks import at_least, check_config_types, in_unit_interval, one_of, positive
 from minigrpo.advantages import reward_to_go
 from minigrpo.control.policies import CategoricalMLPPolicy, MLPValue
 from minigrpo.control.rollouts import Episode, collect_episodes, evaluate, make_envs
@@ -47,12 +48,13 @@ class ReinforceConfig:
     target_return: float | None = 475.0  #: stop once the evaluation mean reaches this (None: never)
 
     def __post_init__(self):
-        if self.returns not in RETURNS:
-            raise ValueError(f"returns must be one of {RETURNS}, got {self.returns!r}")
-        if self.baseline not in BASELINES:
-            raise ValueError(f"baseline must be one of {BASELINES}, got {self.baseline!r}")
-        if self.iterations < 1 or self.episodes_per_iter < 1:
-            raise ValueError("iterations and episodes_per_iter must be at least 1")
+        check_config_types(self)
+        one_of(self, "returns", RETURNS)
+        one_of(self, "baseline", BASELINES)
+        at_least(self, 0, "seed", "eval_every")  # gymnasium refuses negative seeds
+        at_least(self, 1, "iterations", "episodes_per_iter", "value_iters", "eval_episodes", "hidden_sizes")
+        in_unit_interval(self, "gamma")
+        positive(self, "lr", "value_lr")
 
 
 @dataclass

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.distributions import kl_divergence
 
+from minigrpo._checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
 from minigrpo.losses import value_loss
@@ -38,6 +39,12 @@ class TRPOConfig(OnPolicyConfig):
     vf_lr: float = 1e-3  #: Adam step size of the value function
     vf_iters: int = 5  #: epochs of value regression per iteration
     vf_minibatches: int = 4  #: minibatches per value epoch
+
+    def __post_init__(self):
+        super().__post_init__()
+        at_least(self, 1, "cg_iters", "backtrack_iters", "vf_iters", "vf_minibatches")
+        positive(self, "max_kl", "vf_lr")
+        non_negative(self, "damping")
 
 
 def make_trpo_update(cfg: TRPOConfig):

@@ -24,6 +24,7 @@ from diffusers import DDPMScheduler, SchedulerMixin, UNet2DModel
 from diffusers.optimization import get_cosine_schedule_with_warmup
 from tqdm.auto import tqdm
 
+from .._checks import check_value
 from ..utils import torch_threads
 from .data import NUM_CLASSES, load_digits_images
 from .models import load_base_model, make_scheduler, make_unet, null_class, save_base_model
@@ -178,6 +179,32 @@ BASE_CONFIG = dict(
     num_train_timesteps=100, beta_schedule="squaredcos_cap_v2",
     steps=150, batch_size=64, lr=2e-3, p_uncond=0.1,
 )
+#: The type of each BASE_CONFIG entry: the overrides of ``pretrained_base`` are checked against it.
+BASE_CONFIG_TYPES = dict(
+    image_size=int, block_out_channels=list[int], layers_per_block=int, norm_num_groups=int,
+    num_train_timesteps=int, beta_schedule=str, steps=int, batch_size=int, lr=float, p_uncond=float,
+)
+
+
+def _base_config(seed: int, overrides: dict) -> dict:
+    """:data:`BASE_CONFIG` with ``overrides`` and ``seed``, each override checked (a known name, the type of
+    :data:`BASE_CONFIG_TYPES`, a sensible value) with an error naming ``BASE_CONFIG.<name>``."""
+    unknown = set(overrides) - set(BASE_CONFIG)
+    if unknown:
+        raise ValueError(f"unknown base-model settings {sorted(unknown)}; valid: {sorted(BASE_CONFIG)}")
+    config = dict(BASE_CONFIG)
+    for key, value in overrides.items():
+        where = f"BASE_CONFIG.{key}"
+        value = check_value(value, BASE_CONFIG_TYPES[key], where)
+        if key == "lr" and not 0 < value < float("inf"):
+            raise ValueError(f"{where} must be finite and > 0, got {value!r}")
+        if key == "p_uncond" and not 0 <= value <= 1:
+            raise ValueError(f"{where} must be in [0, 1], got {value!r}")
+        if BASE_CONFIG_TYPES[key] in (int, list[int]) and any(v < 1 for v in (value if isinstance(value, list) else [value])):
+            raise ValueError(f"{where} must be >= 1{' in every entry' if isinstance(value, list) else ''}, got {value!r}")
+        config[key] = value
+    config["seed"] = check_value(seed, int, "pretrained_base's seed")
+    return config
 
 
 def default_cache_dir() -> Path:
@@ -207,10 +234,7 @@ def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress
     ``train.json`` (the config, the losses and the training seconds). The folder is written to a
     temporary name and renamed, so an interrupted run never leaves a half-written model.
     """
-    unknown = set(overrides) - set(BASE_CONFIG)
-    if unknown:
-        raise ValueError(f"unknown base-model settings {sorted(unknown)}; valid: {sorted(BASE_CONFIG)}")
-    config = {**BASE_CONFIG, **overrides, "seed": seed}
+    config = _base_config(seed, overrides)
     folder = _base_folder(cache_dir, config)
     if (folder / "train.json").is_file():
         return load_base_model(folder)
@@ -236,5 +260,5 @@ def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress
 
 def base_training_log(cache_dir: str | Path | None = None, seed: int = 0, **overrides) -> dict | None:
     """The ``train.json`` of a cached base model (config, losses, seconds), or None if not cached."""
-    path = _base_folder(cache_dir, {**BASE_CONFIG, **overrides, "seed": seed}) / "train.json"
+    path = _base_folder(cache_dir, _base_config(seed, overrides)) / "train.json"
     return json.loads(path.read_text()) if path.is_file() else None

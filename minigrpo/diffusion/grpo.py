@@ -39,7 +39,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from minigrpo._checks import check_finite
+from minigrpo._checks import (at_least, check_config_types, check_finite, config_error, non_negative, one_of,
+                              positive)
 from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProcess, ddim_scheduler,
                                         gaussian_kl_same_std, unet_output)
@@ -75,31 +76,29 @@ class DiffusionGRPOConfig:
     seed: int = 0  #: seeds prompts, noise and step subsampling
 
     def __post_init__(self):
+        check_config_types(self)
         if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (a group needs a spread), got {self.num_generations}")
-        if self.prompts_per_step < 1 or self.prompts_per_step > self.num_classes:
-            raise ValueError(f"prompts_per_step must be in [1, num_classes={self.num_classes}] (distinct prompts), "
-                             f"got {self.prompts_per_step}")
-        if self.sampler not in ("ddim", "ddpm"):
-            raise ValueError(f"sampler must be 'ddim' or 'ddpm', got {self.sampler!r}")
+            raise config_error(self, "num_generations", ">= 2", "a group needs a spread")
+        at_least(self, 1, "max_steps", "num_classes", "num_inference_steps", "num_iterations", "num_minibatches")
+        if not 1 <= self.prompts_per_step <= self.num_classes:
+            raise config_error(self, "prompts_per_step", f"in [1, num_classes={self.num_classes}]",
+                               "the prompts of a step are distinct class labels")
+        one_of(self, "sampler", ("ddim", "ddpm"))
         if self.sampler == "ddim" and not self.eta > 0:
-            raise ValueError(f"eta must be > 0 for GRPO, got {self.eta}: with eta=0 DDIM is deterministic, a step "
-                             f"has no probability density, so there is no log-prob and no policy ratio")
-        if self.logprob_reduction not in REDUCTIONS:
-            raise ValueError(f"logprob_reduction must be one of {REDUCTIONS}, got {self.logprob_reduction!r}")
-        if self.scale_rewards not in SCALES:
-            raise ValueError(f"scale_rewards must be one of {SCALES}, got {self.scale_rewards!r}")
-        if self.min_step_std < 0:
-            raise ValueError(f"min_step_std must be >= 0, got {self.min_step_std}")
+            raise config_error(self, "eta", "> 0 for GRPO", "with eta=0 DDIM is deterministic, a step has no "
+                                                            "probability density, so there is no log-prob and no policy ratio")
+        non_negative(self, "eta")
+        one_of(self, "logprob_reduction", REDUCTIONS)
+        one_of(self, "scale_rewards", SCALES)
+        positive(self, "learning_rate", "epsilon", "epsilon_high")
+        non_negative(self, "beta", "min_step_std", "weight_decay")
+        positive(self, "adv_clip_max", "max_grad_norm", finite=False)  # inf: no clipping
         if not 0 < self.timestep_fraction <= 1:
-            raise ValueError(f"timestep_fraction must be in (0, 1], got {self.timestep_fraction}")
-        if self.num_iterations < 1 or self.num_minibatches < 1:
-            raise ValueError("num_iterations and num_minibatches must be >= 1")
-        if (self.prompts_per_step * self.num_generations) % self.num_minibatches:
-            raise ValueError(f"num_minibatches ({self.num_minibatches}) must divide the number of chains per step "
-                             f"(prompts_per_step × num_generations = {self.prompts_per_step * self.num_generations})")
-        if self.beta < 0 or self.adv_clip_max <= 0 or self.learning_rate <= 0:
-            raise ValueError("beta must be >= 0, adv_clip_max and learning_rate > 0")
+            raise config_error(self, "timestep_fraction", "in (0, 1]")
+        chains = self.prompts_per_step * self.num_generations
+        if chains % self.num_minibatches:
+            raise config_error(self, "num_minibatches", f"a divisor of the number of chains per step "
+                                                        f"(prompts_per_step × num_generations = {chains})")
 
 
 def make_process(scheduler, cfg: DiffusionGRPOConfig, model_fn: ModelFn = unet_output) -> ReverseProcess:

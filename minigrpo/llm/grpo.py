@@ -45,13 +45,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from minigrpo.advantages import group_advantages
+from minigrpo._checks import at_least, check_config_types, config_error, non_negative, one_of, positive
+from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.llm.sampling import Generation, completion_logits, generate
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
 from minigrpo.losses import aligned_logprobs, clip_statistics, clipped_surrogate_terms, kl_estimate
 
 LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
 @dataclass
@@ -80,23 +82,29 @@ class GRPOConfig:
     seed: int = 0  #: seeds the prompt stream and sampling
     eval_every: int = 25  #: evaluate on the held-out set every this many steps (0: never)
     eval_generations: int = 8  #: samples per held-out prompt for pass@1 / pass@G
-    checkpoint_dir: str | None = None  #: save the model (save_pretrained) here every checkpoint_every steps
+    checkpoint_dir: str | Path | None = None  #: save the model (save_pretrained) here every checkpoint_every steps
     checkpoint_every: int = 0  #: 0: only at the end (when checkpoint_dir is set)
 
     def __post_init__(self):
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        check_config_types(self)
+        one_of(self, "loss_type", LOSS_TYPES)
+        one_of(self, "kl_estimator", KL_ESTIMATORS)
+        one_of(self, "scale_rewards", SCALES)
         if self.num_generations < 2:
-            raise ValueError(f"num_generations must be >= 2 (a group needs a spread), got {self.num_generations}")
-        if self.num_iterations < 1 or self.gradient_accumulation_steps < 1:
-            raise ValueError("num_iterations and gradient_accumulation_steps must be >= 1")
+            raise config_error(self, "num_generations", ">= 2", "a group needs a spread")
+        at_least(self, 1, "max_steps", "prompts_per_step", "max_completion_length", "num_iterations",
+                 "gradient_accumulation_steps", "eval_generations")
+        at_least(self, 0, "eval_every", "checkpoint_every")
+        if not self.temperature > 0:
+            raise config_error(self, "temperature", "> 0", "GRPO needs a stochastic sampler (greedy decoding has "
+                                                           "no spread within a group and no meaningful log-probs)")
+        positive(self, "temperature", "epsilon", "epsilon_high")
+        non_negative(self, "learning_rate", "beta")  # learning_rate = 0 freezes the weights (the tests use it)
+        positive(self, "max_grad_norm", "vllm_importance_sampling_clip_max", finite=False)  # inf: no clip / no cap
         if (self.prompts_per_step * self.num_generations) % self.gradient_accumulation_steps:
-            raise ValueError("gradient_accumulation_steps must divide prompts_per_step * num_generations")
-        if self.vllm_importance_sampling_clip_max <= 0:
-            raise ValueError(f"vllm_importance_sampling_clip_max must be > 0, got {self.vllm_importance_sampling_clip_max}")
-        if self.temperature <= 0:
-            raise ValueError("GRPO needs a stochastic sampler: temperature must be > 0 (greedy decoding has "
-                             "no spread within a group and no meaningful log-probs)")
+            raise ValueError(f"GRPOConfig.gradient_accumulation_steps must divide prompts_per_step * num_generations "
+                             f"= {self.prompts_per_step * self.num_generations} (equal micro-batches), "
+                             f"got {self.gradient_accumulation_steps}")
 
 
 def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temperature: float,

@@ -10,8 +10,9 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from minigrpo._checks import check_config_types, one_of
 from minigrpo.llm.grpo import GRPOConfig, GRPOResult, train_grpo
-from minigrpo.llm.models import make_tiny_model
+from minigrpo.llm.models import ARCHITECTURES, make_tiny_model
 from minigrpo.llm.sft import SFTConfig, evaluate_task, train_sft
 from minigrpo.llm.tasks import TASKS, Task
 from minigrpo.llm.tokenizer import build_char_tokenizer
@@ -25,6 +26,11 @@ class Recipe:
     model_kwargs: dict = field(default_factory=lambda: dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2))
     sft: SFTConfig = field(default_factory=SFTConfig)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+
+    def __post_init__(self):
+        check_config_types(self)
+        one_of(self, "task", TASKS)
+        one_of(self, "arch", ARCHITECTURES)
 
     def smoke(self) -> "Recipe":
         """A few steps of each stage: checks that everything runs, not that it learns."""

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minigrpo._checks import at_least, check_config_types, in_unit_interval, non_negative, positive
 from minigrpo.llm.sampling import generate
 from minigrpo.llm.tasks import Problem, Task
 from minigrpo.losses import token_logprobs
@@ -27,6 +28,13 @@ class SFTConfig:
     weight_decay: float = 0.0  #: AdamW weight decay
     demo_error_rate: float = 0.0  #: share of demonstrations replaced by a teacher's slip (task.noisy_answer)
     seed: int = 0  #: seeds the problem stream (the model is seeded where it is made)
+
+    def __post_init__(self):
+        check_config_types(self)
+        at_least(self, 1, "steps", "batch_size")
+        positive(self, "learning_rate")
+        non_negative(self, "weight_decay")
+        in_unit_interval(self, "demo_error_rate")
 
 
 def sft_batch(tokenizer, problems: list[Problem], device="cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
