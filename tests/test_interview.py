@@ -180,6 +180,8 @@ def test_without_an_id_the_rated_round_takes_the_next_question_due(capsys, tmp_p
     (["--id", "nope", "--rating", "2"], "no interview question 'nope'"),
     (["--id", "gae", "--rating", "5"], "rating must be an integer from 0 to 3"),
     (["--id", "gae", "--rating", "-1"], "rating must be an integer from 0 to 3"),
+    (["--id", "gae", "--rating", "abc"], "rating must be an integer from 0 to 3 (0 = blank"),
+    (["--id", "gae", "--rating", "2.5"], "got '2.5'"),
     (["--id", "gae", "--answer", "text"], "--answer needs --rating"),
     (["--topic", "chemistry", "--list"], "no interview topic 'chemistry'"),
 ])
@@ -187,6 +189,7 @@ def test_bad_input_is_a_clear_error_and_a_nonzero_exit(capsys, tmp_path, argv, m
     pf = tmp_path / "p.json"
     rc, out, err = _cli(capsys, *argv, "--progress-file", str(pf))
     assert rc == 2 and message in err
+    assert err.count("\n") == 1 and "invalid literal" not in err, "one clear line"
     assert not pf.exists(), "nothing is recorded when the input is refused"
 
 
@@ -211,6 +214,48 @@ def test_interactive_session_in_a_subprocess_uses_the_env_progress_file(tmp_path
     assert "rating must be an integer from 0 to 3" in out and "rated 1" in out and "1 question(s) rated" in out
     card = json.loads(pf.read_text())["questions"]["all-equal-group"]
     assert card["box"] == 1 and card["history"][0]["rating"] == 1
+
+
+def test_interactive_rating_that_is_not_a_number_is_asked_again(capsys, tmp_path, monkeypatch):
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.StringIO("my answer\n\nabc\n 2 \n"))
+    rc, out, err = _cli(capsys, "--id", "gae", "--progress-file", str(tmp_path / "p.json"))
+    assert rc == 0 and err == ""
+    assert "rating must be an integer from 0 to 3" in out and "got 'abc'" in out and "invalid literal" not in out
+    assert out.count("Rate your answer") == 2 and "rated 2" in out
+    assert json.loads((tmp_path / "p.json").read_text())["questions"]["gae"]["history"][0]["rating"] == 2
+
+
+class _CtrlCAfter:
+    """A stdin whose readline gives these lines, then raises KeyboardInterrupt (the learner's Ctrl-C)."""
+
+    def __init__(self, *lines):
+        self.lines = list(lines)
+
+    def readline(self):
+        if not self.lines:
+            raise KeyboardInterrupt
+        return self.lines.pop(0)
+
+
+def test_ctrl_c_in_a_session_keeps_the_ratings_and_exits_cleanly(capsys, tmp_path, monkeypatch):
+    pf = tmp_path / "p.json"
+    # one question answered and rated 3, Ctrl-C while answering the second
+    monkeypatch.setattr(sys, "stdin", _CtrlCAfter("answer one\n", "\n", "3\n", "half an answ"))
+    rc, out, err = _cli(capsys, "--topic", "attention", "--count", "3", "--progress-file", str(pf))
+    assert rc == 130 and "Traceback" not in out + err
+    assert err.strip() == f"minigrpo interview: stopped; your progress is saved in {pf}" and err.count("\n") <= 2
+    first = by_topic("attention")[0].id
+    saved = json.loads(pf.read_text())["questions"]
+    assert list(saved) == [first] and saved[first]["history"][0]["rating"] == 3 and saved[first]["box"] == 2
+
+
+def test_ctrl_c_before_any_rating_writes_nothing(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(sys, "stdin", _CtrlCAfter("an answer\n", "\n"))  # Ctrl-C at the rating prompt
+    rc, _, err = _cli(capsys, "--progress-file", str(tmp_path / "p.json"))
+    assert rc == 130 and err.strip() == "minigrpo interview: stopped; nothing was rated, so there is nothing to save"
+    assert not (tmp_path / "p.json").exists()
 
 
 def test_interactive_session_stops_cleanly_on_q(capsys, tmp_path, monkeypatch):

@@ -6,17 +6,23 @@
     minigrpo interview --show grpo-step   # print one question with its checklist and answer
     minigrpo interview --id grpo-step --answer "..." --rating 2   # one round without prompts
     minigrpo interview --stats            # how far you are, per topic
+
+Ctrl-C stops a session; every rating given so far is already saved.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import textwrap
 from typing import TextIO
 
 from minigrpo.interview.bank import QUESTIONS, SEED_QUESTIONS, TOPICS, Question, by_topic, get
 from minigrpo.interview.schedule import PROGRESS_ENV_VAR, RATINGS, Progress, check_rating
+
+#: exit status after Ctrl-C (128 + SIGINT), as shells report it
+INTERRUPTED = 130
 
 WIDTH = 100
 
@@ -72,6 +78,15 @@ def _read_answer(stdin: TextIO, stdout: TextIO) -> str | None:
         lines.append(line.rstrip("\n"))
 
 
+def parse_rating(text: str | int) -> int:
+    """``"2"`` -> 2; anything but 0, 1, 2 or 3 is a ValueError that names the valid ratings."""
+    if isinstance(text, str):
+        text = text.strip()
+        if re.fullmatch(r"[+-]?\d+", text):
+            text = int(text)
+    return check_rating(text)
+
+
 def _read_rating(stdin: TextIO, stdout: TextIO) -> int | None:
     scale = ", ".join(f"{k} {v.split(':')[0]}" for k, v in RATINGS.items())
     while True:
@@ -80,7 +95,7 @@ def _read_rating(stdin: TextIO, stdout: TextIO) -> int | None:
         if not line or line.strip().lower() in ("q", "quit"):
             return None
         try:
-            return check_rating(int(line.strip()))
+            return parse_rating(line)
         except ValueError as exc:
             print(exc, file=stdout)
 
@@ -147,7 +162,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--show", metavar="ID", help="print one question with its checklist and model answer")
     parser.add_argument("--id", help="the question for --answer/--rating (default: the next one due)")
     parser.add_argument("--answer", metavar="TEXT", help="your answer, for a round without prompts (needs --rating)")
-    parser.add_argument("--rating", type=int, metavar="N", help="rate your answer 0-3 and record it (no prompts)")
+    parser.add_argument("--rating", metavar="N", help="rate your answer 0-3 and record it (no prompts)")
     parser.add_argument("--stats", action="store_true", help="progress per topic")
     parser.add_argument("--count", type=int, default=5, help="questions per interactive session (default 5)")
     parser.add_argument("--progress-file", help=f"where progress is kept (default: ${PROGRESS_ENV_VAR} or "
@@ -156,6 +171,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    progress = None
     try:
         questions = by_topic(args.topic)
         if args.show:
@@ -165,8 +181,7 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         if args.answer is not None and args.rating is None:
             raise ValueError("--answer needs --rating N (0-3): rate your answer after reading the model answer, "
                              "or leave out --answer for an interactive session")
-        if args.rating is not None:
-            check_rating(args.rating)
+        rating = None if args.rating is None else parse_rating(args.rating)
         if args.count < 1:
             raise ValueError(f"--count must be at least 1, got {args.count}")
         progress = Progress(args.progress_file)
@@ -174,13 +189,13 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
             list_questions(progress, questions, stdout)
         elif args.stats:
             stats(progress, stdout)
-        elif args.rating is not None:
+        elif rating is not None:
             q = get(args.id) if args.id else progress.review_order(questions)[0]
             print(format_question(q), file=stdout)
             if args.answer:
                 print("\nYour answer:\n" + _wrap(args.answer), file=stdout)
             print("\n" + format_reveal(q), file=stdout)
-            _record(progress, q, args.rating, stdout)
+            _record(progress, q, rating, stdout)
         else:
             if args.id:
                 questions = [get(args.id)]
@@ -189,3 +204,11 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
     except ValueError as exc:
         print(f"minigrpo interview: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # Each rating is saved as soon as it is given; saving again covers a Ctrl-C in between.
+        if progress is not None and progress.cards:
+            progress.save()
+            print(f"\nminigrpo interview: stopped; your progress is saved in {progress.path}", file=sys.stderr)
+        else:
+            print("\nminigrpo interview: stopped; nothing was rated, so there is nothing to save", file=sys.stderr)
+        return INTERRUPTED

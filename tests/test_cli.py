@@ -1,0 +1,249 @@
+"""The `minigrpo` command: a fast start, clear one-line errors, and `run` keeping what it executed."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+import minigrpo
+from minigrpo.cli import build_parser, main
+from minigrpo.progress import HOME_ENV_VAR, record_grade
+from minigrpo.smoke import SMOKE_ENV_VAR
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _numbers(folder: str) -> list[str]:
+    return sorted(p.name[:2] for p in (ROOT / folder).glob("[0-9][0-9]_*.ipynb"))
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != SMOKE_ENV_VAR}
+    return dict(env, **extra)
+
+
+def _notebook(path: Path, *sources: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(s) for s in sources]
+    nbformat.write(nb, str(path))
+    return path
+
+
+# ----------------------------------------------------------------------------- start-up, version, help
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--version"])
+    assert exit_.value.code == 0
+    version = re.search(r'^version = "(.+)"', (ROOT / "pyproject.toml").read_text(), flags=re.M).group(1)
+    assert capsys.readouterr().out.strip() == f"minigrpo {version}" == f"minigrpo {minigrpo.__version__}"
+
+
+def test_the_command_line_imports_no_torch():
+    """`minigrpo --help` must not pay for torch: importing the package and building the parser import
+    neither torch nor numpy nor transformers (checked in a fresh interpreter)."""
+    code = ("import sys, minigrpo, minigrpo.cli; minigrpo.cli.build_parser(); "
+            "print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+def test_lazy_names_still_import_from_the_package():
+    from minigrpo import get_device, seed_everything
+    from minigrpo.utils import get_device as from_utils
+
+    assert get_device is from_utils and seed_everything(3) == 3 and get_device("cpu").type == "cpu"
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        minigrpo.nope  # noqa: B018
+
+
+def test_python_dash_m_minigrpo_runs_the_command():
+    proc = subprocess.run([sys.executable, "-m", "minigrpo", "--help"], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: minigrpo") and "``" not in proc.stdout
+    for command in ("list", "run", "grade", "make-exercises", "interview"):
+        assert f"    {command}" in proc.stdout
+
+
+def test_run_help_shows_the_defaults():
+    text = build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    text = " ".join(text.split())
+    assert "(default: 1800)" in text and "(default: notebooks)" in text and "runs/<notebook name>" in text
+
+
+# ----------------------------------------------------------------------------- one-line errors
+
+def test_run_of_an_unknown_lesson_lists_the_lessons(capsys):
+    assert main(["run", "99"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.strip() == f"minigrpo run: no lesson 99 in notebooks/; lessons: {', '.join(_numbers('notebooks'))}"
+
+
+def test_grading_a_lesson_without_an_exercise_lists_the_exercises(capsys):
+    lessons, exercises = _numbers("notebooks"), _numbers("exercises")
+    missing = next(n for n in lessons if n not in exercises)  # 08 today: DDPM has no exercise
+    assert main(["grade", str(int(missing))]) == 2  # "8" means 08
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.strip().endswith(f"exercises: {', '.join(exercises)}") and f"no exercise {missing}" in err
+
+
+# ----------------------------------------------------------------------------- list
+
+def test_list_shows_lessons_and_this_learners_grades(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv(HOME_ENV_VAR, str(tmp_path))
+    record_grade("01", 3, 4)
+    assert main(["list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    lesson_01 = next(line for line in lines if line.startswith("  01  REINFORCE"))
+    assert "REINFORCE on CartPole-v1" in lesson_01 and lesson_01.endswith("exercise 01")
+    lesson_08 = next(line for line in lines if line.startswith("  08  "))
+    assert "DDPM" in lesson_08 and lesson_08.endswith(" -")
+    exercises = lines[lines.index("exercises (exercises/; grade one with: minigrpo grade NN)") + 1:]
+    graded = [line for line in exercises if line.startswith("  01  ")]
+    assert len(graded) == 1 and re.search(r"graded 3/4 on \d{4}-\d\d-\d\d \d\d:\d\d$", graded[0])
+    assert next(line for line in exercises if line.startswith("  02  ")).endswith("not graded yet")
+    assert lines[-1] == f"your grades are kept in {tmp_path / 'grades.json'}"
+
+
+# ----------------------------------------------------------------------------- run (no kernel)
+
+class FakeClient:
+    """Stands in for nbclient.NotebookClient: 'executes' each code cell by recording the smoke switch."""
+
+    def __init__(self, nb, **kwargs):
+        self.nb, self.km = nb, None
+        self.on_notebook_start = self.on_cell_start = None
+
+    def execute(self):
+        self.on_notebook_start(notebook=self.nb)
+        for i, cell in enumerate(self.nb.cells):
+            self.on_cell_start(cell=cell, cell_index=i)
+            seen = os.environ.get(SMOKE_ENV_VAR, "unset")
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=seen)]
+        return self.nb
+
+
+def _course(tmp_path: Path) -> Path:
+    for folder in ("notebooks", "solutions", "exercises"):
+        (tmp_path / folder).mkdir()
+    return _notebook(tmp_path / "notebooks" / "01_tiny.ipynb", "x = 1")
+
+
+@pytest.mark.parametrize("flag,env,mode", [
+    ([], None, "in full mode"),
+    ([], "1", f"in smoke mode ({SMOKE_ENV_VAR}=1 in the environment)"),
+    ([], "0", "in full mode"),
+    (["--smoke"], None, "in smoke mode (--smoke)"),
+])
+def test_run_reports_the_real_mode_and_writes_to_runs_by_default(capsys, tmp_path, monkeypatch, flag, env, mode):
+    import nbclient
+
+    source = _course(tmp_path)
+    before = source.read_text()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
+    if env is None:
+        monkeypatch.delenv(SMOKE_ENV_VAR, raising=False)
+    else:
+        monkeypatch.setenv(SMOKE_ENV_VAR, env)
+    assert main(["run", "1", *flag]) == 0
+    out = capsys.readouterr().out
+    assert mode in out and out.splitlines()[0].endswith("writing runs/01_tiny.ipynb")
+    assert out.splitlines()[-1].endswith("wrote runs/01_tiny.ipynb")
+    assert source.read_text() == before, "the course notebook stays as it was"
+    saved = nbformat.read(tmp_path / "runs" / "01_tiny.ipynb", as_version=4)
+    smoke_seen_by_cells = saved.cells[0].outputs[0].text
+    assert smoke_seen_by_cells == ("1" if flag else env or "unset")
+
+
+def test_run_in_place_and_a_bad_timeout(capsys, tmp_path, monkeypatch):
+    import nbclient
+
+    source = _course(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
+    assert main(["run", "01", "--timeout", "0"]) == 2
+    assert "--timeout must be a positive number of seconds, got 0" in capsys.readouterr().err
+    assert main(["run", "01", "--in-place"]) == 0
+    assert nbformat.read(source, as_version=4).cells[0].outputs, "--in-place writes the source"
+    assert not (tmp_path / "runs").exists()
+
+
+# ----------------------------------------------------------------------------- run (a real kernel)
+
+def test_a_failing_cell_saves_the_run_so_far_and_exits_1(tmp_path):
+    source = _notebook(tmp_path / "tiny.ipynb", f"import os; print(os.environ['{SMOKE_ENV_VAR}'])",
+                       "raise ValueError('boom')", "print('never')")
+    stale = nbformat.read(source, as_version=4)
+    stale.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="old output\n")]
+    nbformat.write(stale, str(source))
+    out = tmp_path / "sub" / "run.ipynb"
+    proc = subprocess.run([sys.executable, "-m", "minigrpo", "run", str(source), "--output", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, env=_env(**{SMOKE_ENV_VAR: "1"}),
+                          timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"in smoke mode ({SMOKE_ENV_VAR}=1 in the environment)" in proc.stdout
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("minigrpo run:")]
+    assert ours == ["minigrpo run: cell 2 of 3 (In [2]) failed: ValueError: boom; "
+                    "saved the run so far to sub/run.ipynb"]
+    assert "Traceback" not in proc.stdout
+    nb = nbformat.read(out, as_version=4)
+    assert [o.text for o in nb.cells[0].outputs] == ["1\n"]
+    assert [(o.output_type, o.ename, o.evalue) for o in nb.cells[1].outputs] == [("error", "ValueError", "boom")]
+    assert nb.cells[2].outputs == [] and nb.cells[2].execution_count is None, "no stale output after the stop"
+    assert nbformat.read(source, as_version=4).cells[1].outputs == [], "the source notebook is untouched"
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT")
+def test_ctrl_c_saves_the_run_so_far_and_exits_130(tmp_path):
+    marker = tmp_path / "started"
+    source = _notebook(tmp_path / "slow.ipynb",
+                       f"import pathlib, time\nprint('started', flush=True)\npathlib.Path({str(marker)!r}).touch()\n"
+                       "time.sleep(120)",
+                       "print('never')")
+    out = tmp_path / "run.ipynb"
+    proc = subprocess.Popen([sys.executable, "-m", "minigrpo", "run", str(source), "--output", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
+    try:
+        deadline = time.monotonic() + 240
+        while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), "the first cell never started"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, stdout + stderr
+    assert "in full mode" in stdout
+    ours = [line for line in stderr.splitlines() if line.startswith("minigrpo run:")]
+    assert ours == ["minigrpo run: interrupted at cell 1 of 2 (In [1]); saved the run so far to run.ipynb"]
+    nb = nbformat.read(out, as_version=4)
+    outputs = nb.cells[0].outputs
+    assert outputs[0].text == "started\n" and outputs[-1].output_type == "error"
+    assert outputs[-1].ename == "KeyboardInterrupt" and nb.cells[1].outputs == []
+
+
+def test_run_writes_json_that_nbformat_validates(tmp_path, monkeypatch, capsys):
+    """The saved notebook (partial or not) is a valid notebook with the repository's 1-space indent."""
+    import nbclient
+
+    source = _course(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
+    assert main(["run", str(source), "--output", "elsewhere.ipynb"]) == 0
+    text = (tmp_path / "elsewhere.ipynb").read_text()
+    nbformat.validate(nbformat.reads(text, as_version=4))
+    assert text.startswith('{\n "cells": [') and json.loads(text)["nbformat"] == 4
