@@ -183,7 +183,8 @@ def check_config_types(cfg: Any) -> None:
 
 def config_error(cfg: Any, name: str, must: str, why: str = "") -> ValueError:
     """``ValueError("GRPOConfig.beta must be >= 0, got -1.0")``, then ``: why`` if given."""
-    return ValueError(f"{type(cfg).__name__}.{name} must be {must}, got {getattr(cfg, name)!r}" + (f": {why}" if why else ""))
+    text = f"{type(cfg).__name__}.{name} must be {must}, got {getattr(cfg, name)!r}"
+    return ValueError(f"{text}: {why}" if why else text)
 
 
 def _check_fields(cfg: Any, names: tuple[str, ...], ok: Callable[[Any], bool], must: str, finite: bool) -> None:

@@ -152,7 +152,8 @@ def test_types_are_normalised():
     assert type(ppo.target_return) is float and type(ppo.gamma) is float and type(ppo.num_envs) is int
     json.dumps(dataclasses.asdict(ppo))  # numpy scalars would not serialise: the trainers log asdict(cfg)
     assert SFTConfig(steps=np.int64(5)).steps == 5
-    assert ReinforceConfig(hidden_sizes=(np.int64(8),), normalize_advantages=np.bool_(False)).normalize_advantages is False
+    reinforce = ReinforceConfig(hidden_sizes=(np.int64(8),), normalize_advantages=np.bool_(False))
+    assert reinforce.normalize_advantages is False and type(reinforce.hidden_sizes[0]) is int
 
 
 def test_edge_values_the_lessons_and_tests_use_are_accepted():

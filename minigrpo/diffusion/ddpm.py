@@ -200,7 +200,8 @@ def _base_config(seed: int, overrides: dict) -> dict:
             raise ValueError(f"{where} must be finite and > 0, got {value!r}")
         if key == "p_uncond" and not 0 <= value <= 1:
             raise ValueError(f"{where} must be in [0, 1], got {value!r}")
-        if BASE_CONFIG_TYPES[key] in (int, list[int]) and any(v < 1 for v in (value if isinstance(value, list) else [value])):
+        counts = value if isinstance(value, list) else [value] if BASE_CONFIG_TYPES[key] is int else []
+        if any(v < 1 for v in counts):
             raise ValueError(f"{where} must be >= 1{' in every entry' if isinstance(value, list) else ''}, got {value!r}")
         config[key] = value
     config["seed"] = check_value(seed, int, "pretrained_base's seed")

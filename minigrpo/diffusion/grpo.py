@@ -85,8 +85,8 @@ class DiffusionGRPOConfig:
                                "the prompts of a step are distinct class labels")
         one_of(self, "sampler", ("ddim", "ddpm"))
         if self.sampler == "ddim" and not self.eta > 0:
-            raise config_error(self, "eta", "> 0 for GRPO", "with eta=0 DDIM is deterministic, a step has no "
-                                                            "probability density, so there is no log-prob and no policy ratio")
+            raise config_error(self, "eta", "> 0 for GRPO", "with eta=0 DDIM is deterministic, a step has no probability "
+                                                            "density, so there is no log-prob and no policy ratio")
         non_negative(self, "eta")
         one_of(self, "logprob_reduction", REDUCTIONS)
         one_of(self, "scale_rewards", SCALES)
