@@ -151,7 +151,7 @@ QUESTIONS: tuple[Question, ...] = (
         id="gae", topic="gae", seeds=("004.A4",),
         question="Define the advantage function, write the GAE estimator, and explain how λ trades bias for variance.",
         checklist=(
-            "A(s,a) = Q(s,a) − V(s): how much better the action is than the policy's average",
+            "A(s,a) = Q(s,a) − V(s): how much better the action is than the policy's average; V is a baseline (no bias, less variance), the standard choice though not the variance-optimal one",
             "TD residual δ_t = r_t + γ V(s_{t+1}) − V(s_t), with no bootstrap after a terminal state",
             "Â_t = Σ_l (γλ)^l δ_{t+l}, computed backwards: Â_t = δ_t + γλ Â_{t+1}",
             "λ = 0: one-step TD, low variance, biased by the critic's errors",
@@ -161,8 +161,10 @@ QUESTIONS: tuple[Question, ...] = (
         ),
         answer=(
             "The advantage A^π(s,a) = Q^π(s,a) − V^π(s) says how much better action a is than what the policy does "
-            "on average in s; it is the ideal weight for ∇log π because subtracting V removes variance without "
-            "bias. GAE builds it from the TD residual δ_t = r_t + γ(1 − done_t)V(s_{t+1}) − V(s_t), which is itself "
+            "on average in s. Weighting ∇log π by it instead of by the return subtracts V(s), a baseline: no bias, "
+            "much less variance. V is the standard baseline, not the variance-optimal one (that is a "
+            "score-norm-weighted average of returns, lesson 01), but it is nearly as good and is learned anyway. "
+            "GAE builds it from the TD residual δ_t = r_t + γ(1 − done_t)V(s_{t+1}) − V(s_t), which is itself "
             "a one-step advantage estimate. The k-step estimate is the sum of k discounted residuals, and GAE "
             "averages all of them with weights (1 − λ)λ^(k−1), which collapses to Â_t = Σ_l (γλ)^l δ_{t+l}; in code, "
             "one backward pass Â_t = δ_t + γλ(1 − done_t)Â_{t+1}.\n\n"
@@ -239,6 +241,7 @@ QUESTIONS: tuple[Question, ...] = (
             "first-order stand-in for TRPO's KL constraint: several epochs of minibatch SGD per batch",
             "the clip removes the incentive, not the movement: shared parameters can still push ratios past the range; monitor approx KL and clip fraction, early-stop",
             "ε (0.1–0.3) bounds how far each batch can move the policy: too small is slow, too large is unstable",
+            "the clip bounds π_θ/π_old only: it does not remove the bias of tokens sampled by another policy (an inference engine μ ≠ π_old); an importance weight π_old/μ does",
         ),
         answer=(
             "With ρ_t = π_θ(a_t|s_t)/π_old(a_t|s_t), PPO maximises L = E[min(ρ_t Â_t, clip(ρ_t, 1 − ε, 1 + ε) Â_t)]. Case by "
@@ -249,13 +252,17 @@ QUESTIONS: tuple[Question, ...] = (
             "so it is kept and its full gradient pulls the policy back. The result is a lower bound on the "
             "unclipped surrogate: optimism is capped, pessimism never is.\n\n"
             "That is how PPO imitates TRPO's trust region with plain first-order steps and reuses each batch for "
-            "several epochs. Once the ratio is not 1 (second minibatch onward, or a sampler mismatch), the clip "
+            "several epochs. Once the ratio is not 1 because the weights have moved (second minibatch or epoch "
+            "onward), the clip "
             "stops any single sample from dragging the policy far in the direction it already went, which is "
             "what would otherwise blow up over repeated epochs. It is not a hard constraint: the ratio of a "
             "clipped sample can still drift because the parameters are shared, so approx KL and clip fraction "
             "are monitored and training stops early when they grow. ε sets the step per batch: 0.1–0.2 is "
-            "typical; too small wastes data, too large brings back instability. The clip bounds step size; it "
-            "does not correct bias from data sampled by a different policy."
+            "typical; too small wastes data, too large brings back instability.\n\n"
+            "What the clip does not do is repair a sampler mismatch. It bounds π_θ/π_old and nothing else: if an "
+            "inference engine μ that differs from π_old drew the tokens, the estimator is still an expectation "
+            "under the wrong distribution, and a clip centred on π_old leaves that bias where it is. Only an "
+            "importance weight π_old/μ (truncated in practice) removes it; see the truncated-IS question."
         ),
         demo=Demo(_L04, "## 2. The clip, case by case"),
     ),
@@ -329,6 +336,7 @@ QUESTIONS: tuple[Question, ...] = (
             "KL as a separate per-token loss term (k3) rather than inside the reward",
             "why preferred: saves a policy-sized trained network; the critic is hard to learn from one end-of-sequence reward; sampling G completions of a prompt is cheap; verifiable rewards (math, code)",
             "what is lost: per-token credit assignment, signal on all-equal groups, G× generation cost",
+            "GRPO removes the critic, not the reward model: DeepSeekMath's GRPO was trained on a learned reward model's scores; rule-based verifiers are a separate choice",
         ),
         answer=(
             "GRPO (Group Relative Policy Optimization, from DeepSeekMath) keeps PPO's machinery, the ratio to the "
@@ -343,7 +351,11 @@ QUESTIONS: tuple[Question, ...] = (
             "several completions of one prompt cheaply, in one batch with a shared prompt. With verifiable rewards "
             "(a checker for math answers or unit tests for code) the group mean is a cheap, always up-to-date "
             "baseline. What it gives up: credit for individual tokens or steps, any signal from groups whose "
-            "rewards are all equal, and G samples per prompt."
+            "rewards are all equal, and G samples per prompt.\n\n"
+            "One claim to correct if you hear it (the “GRPO in depth” question set's pipeline table makes it): GRPO does "
+            "not remove the reward model. It removes the value model. DeepSeekMath's GRPO was trained on the scores "
+            "of a learned reward model; using a rule-based verifier instead, as R1-Zero did, is a separate choice "
+            "of reward that works with PPO just as well."
         ),
         demo=_CRITIC_05,
     ),
@@ -369,7 +381,10 @@ QUESTIONS: tuple[Question, ...] = (
             "pushed down. Every token of a completion is multiplied by the same advantage. Note that the absolute "
             "numbers never matter: 185, 192, 170 would give exactly the same advantages, which is both the point "
             "(no reward scale to tune, no critic) and a limitation (a group of three mediocre answers still gets "
-            "one answer promoted)."
+            "one answer promoted).\n\n"
+            "The “PPO vs GRPO” guide this example comes from stops at the centred values +2.67, +9.67, −12.33 and "
+            "calls them GRPO's advantages. That is mean-centring only, the variant Dr. GRPO recommends; the GRPO of "
+            "DeepSeekMath also divides by the group's std. Say which one you compute."
         ),
         demo=Demo(_L05, "## 3. A worked example: rewards 85, 92, 70"),
     ),
@@ -381,7 +396,7 @@ QUESTIONS: tuple[Question, ...] = (
             "subtracting the group mean = a per-prompt baseline: a Monte-Carlo estimate of V(prompt), no critic, no bias from a wrong critic",
             "the prompt's difficulty is removed: an easy prompt's answers are compared with each other, not with a hard prompt's",
             "dividing by the std makes each mixed group's update the same size whatever the reward scale",
-            "cost: difficulty bias: groups with a small std (almost all right or almost all wrong) are up-weighted",
+            "cost: difficulty bias: groups with a small std (almost all right or almost all wrong) are up-weighted; at p = 0.02 a prompt weighs 1.4× a p = 0.5 prompt at G = 8 and 2.4× at G = 32 (1/√(p(1 − p)), 3.6×, only as G → ∞)",
             "removing it (Dr. GRPO, scale='none' or batch std) keeps the baseline and drops that weighting",
         ),
         answer=(
@@ -393,11 +408,20 @@ QUESTIONS: tuple[Question, ...] = (
             "network.\n\n"
             "Dividing by the group's std then rescales every group whose answers differ to unit spread. That makes "
             "the update independent of the reward's units and gives every informative prompt a similar weight. "
-            "But it is not neutral: with a 0/1 reward the std is about √(p(1 − p)), so a prompt solved 2% of the "
-            "time (std ≈ 0.14) gets advantages about 3.5 times larger than one solved half the time (std 0.5): a "
-            "difficulty weighting, "
+            "But it is not neutral. With a 0/1 reward the std is about √(p(1 − p)): 0.14 for a prompt solved 2% of "
+            "the time, 0.5 for one solved half the time. Per answer, that makes the rare success large and the "
+            "failures small: in a group of 50 with one success (the expected count at p = 0.02) the success gets "
+            "+6.9 and each failure −0.14. What the update feels is the prompt's total weight w_G(p), the expected "
+            "advantage of a success minus that of a failure (lesson 05, §4a). Relative to a p = 0.5 prompt it is "
+            "1.4× at G = 8 and 2.4× at G = 32 for p = 0.02, and never more than 1.4× and 2.8× at any p; the "
+            "ratio 1/√(p(1 − p)) against 2, about 3.6× at p = 0.02, is only reached as G → ∞. A difficulty "
+            "weighting, then, "
             "and with noisy rewards an amplifier of tiny differences. Dr. GRPO argues for dropping it (mean-centring "
-            "only, or one std for the whole batch); the baseline, which does the real variance reduction, stays."
+            "only, or one std for the whole batch); the baseline, which does the real variance reduction, stays.\n\n"
+            "Note what normalisation is not: a ranking. Advantages stay proportional to reward differences, so "
+            "rewards 85, 92, 70 and 71, 92, 70 rank the three answers the same way, yet the middle answer gets "
+            "+0.24 in the first group and −0.54 in the second: pushed up in one, down in the other. A write-up that says GRPO \"focuses on relative ranking\" (the “GRPO in depth” question "
+            "set does) describes a different method."
         ),
         demo=Demo(_L05, "### 4a. The std creates a difficulty bias"),
     ),
@@ -484,7 +508,8 @@ QUESTIONS: tuple[Question, ...] = (
             "fixed number of samples per step a larger G means fewer distinct prompts, so the gradient covers "
             "less of the data. Common values are 4 to 16, with 8 a reasonable start (DeepSeekMath used 64). Raise "
             "G when rewards are noisy or sparse, or when the dashboard shows most groups all-equal; lower it when "
-            "compute-bound and most groups are already mixed."
+            "compute-bound and most groups are already mixed. (\"k = 4–8 is typical\", as the “PPO vs GRPO” guide "
+            "says, is dated: DeepSeekMath sampled 64 per question, and recent recipes commonly use 8–16 or more.)"
         ),
         demo=Demo(_L05, "## 7. Group size: a trade-off, measured"),
     ),
@@ -523,7 +548,9 @@ QUESTIONS: tuple[Question, ...] = (
             "in the loss (GRPO): β·k3 per token, differentiated directly; the advantage stays a pure task-reward comparison",
             "in GRPO the reward version would mix the KL into the group normalisation and be rescaled by each group's std",
             "the direct loss has lower-variance gradients; the reward version reaches the policy only through Â∇log π",
-            "the loss version ignores the effect of a token on later tokens' KL and, with k3, follows a slightly different divergence; fine when π stays close to π_ref",
+            "k3 as a loss: ∇k3 = (1 − r)∇log π_θ with r = π_ref/π_θ; its expectation under π_θ is ∇KL(π_ref ‖ π_θ), the reverse direction of the objective's KL: still a pull towards π_ref, zero at π_θ = π_ref",
+            "k1 = log π_θ − log π_ref as a loss has zero expected gradient (E[∇log π_θ] = 0): noise, no pull; the “GRPO in depth” set's pseudocode does exactly that; k1 belongs in the reward, detached",
+            "after the first inner step the tokens come from π_old, not π_θ: without an importance weight π_θ/π_old the estimate is biased; the loss version also ignores a token's effect on later tokens' KL",
         ),
         answer=(
             "Both are used. In PPO-RLHF the penalty sits in the reward: each token gets −β log(π_θ/π_ref), the final "
@@ -534,10 +561,18 @@ QUESTIONS: tuple[Question, ...] = (
             "GRPO puts β·k3 per token directly in the loss. The advantage then stays a clean comparison of task "
             "rewards; if the KL were in the reward it would enter the group mean and be divided by each group's "
             "std, a penalty scaled differently in every group. The direct term's gradient has much lower variance "
-            "and needs no critic. Its price: it only sees the local per-token divergence, not its effect on the "
-            "future, and differentiating k3 estimates the gradient of a slightly different KL direction than the "
-            "one written in the objective; both matter little while the policy stays close to the reference, "
-            "which is the regime the penalty is for."
+            "and needs no critic. Its price lies in what the gradient of a sampled estimate really is. With "
+            "r = π_ref/π_θ, k3 = r − 1 − log r has gradient (1 − r)∇log π_θ, and its expectation over tokens drawn "
+            "from π_θ is ∇KL(π_ref ‖ π_θ): the reverse direction of the KL(π_θ ‖ π_ref) written in the objective. It "
+            "still pulls towards the reference and vanishes at π_θ = π_ref, so it is a fine leash, but say which "
+            "divergence it follows. The naive choice is worse: k1 = log π_θ − log π_ref used as a loss has gradient "
+            "∇log π_θ, whose expectation is exactly zero, so the penalty adds noise and no pull. The pseudocode of "
+            "the “GRPO in depth” question set (kl_div = logp_new − logp_ref; loss += β·mean(kl_div)) does exactly that "
+            "without a word of warning; k1 belongs in the reward, detached, where it acts through Â∇log π.\n\n"
+            "Two more caveats. After the first inner step the tokens were sampled by π_old, not π_θ, so without an "
+            "importance weight π_θ/π_old the estimate and its gradient are biased. And a per-token loss sees only "
+            "the local divergence, not a token's effect on the KL of the tokens after it. Both matter little while "
+            "the policy stays close to π_old and π_ref, which is the regime the penalty is for."
         ),
         demo=_KL_06,
     ),
@@ -619,9 +654,14 @@ QUESTIONS: tuple[Question, ...] = (
             "× hidden size × layers, so long completions and large groups are what run out of memory; gradient "
             "checkpointing and micro-batches help. The logits tensor, batch × length × vocabulary in fp32, is "
             "often the largest single tensor, so compute the log-softmax of the chosen tokens in chunks. During "
-            "generation the KV cache takes 2 · layers · KV heads · head dim · tokens · bytes per element."
+            "generation the KV cache takes 2 · layers · KV heads · head dim · tokens · bytes per element.\n\n"
+            "Two corrections to the usual checklist (the “GRPO in depth” question set lists both): π_old needs no "
+            "stored logits, only one log-prob per sampled token, since a [batch, length, vocabulary] tensor would "
+            "be the largest thing in memory; and dropping the critic does not halve memory. It removes one "
+            "trained model's state, while the frozen reference, the reward model, and the activations and KV "
+            "cache of G completions per prompt remain."
         ),
-        demo=_CRITIC_05,
+        demo=Demo(_L10, "**Q9. Why does the KV cache matter so much for GRPO training in particular?**"),
     ),
     Question(
         id="implement-grpo", topic="grpo", seeds=("003.Q10",),
@@ -633,6 +673,7 @@ QUESTIONS: tuple[Question, ...] = (
             "loss: per-token ratio, clip, k3 KL, an explicit aggregation (token mean, per-sequence mean or a constant normaliser)",
             "frozen reference in eval mode; old log-probs detached; gradient clipping",
             "tests: ratio 1 with μ = 1, KL 0 at step 0, all-equal group gives zero gradient, tokens after EOS inert, reward rises on a toy task",
+            "not β·mean(logp − ref_logp) in the loss (the “GRPO in depth” set's pseudocode): k1 as a loss has zero expected gradient; use per-token k3",
             "a dashboard: reward, zero-std fraction, entropy, length, clip fraction, KL, grad norm, sampler-trainer gap",
         ),
         answer=(
@@ -648,7 +689,11 @@ QUESTIONS: tuple[Question, ...] = (
             "log-probs recomputed after the step (the ratio is then always 1), and a reference model that shares "
             "weights with the policy (the KL is then always 0). Each has a cheap test: ratio 1 with μ = 1, KL 0 at "
             "step 0, zero gradient from an all-equal group, tokens after EOS that do not affect the loss, and a "
-            "reward that rises on a toy task. Finally a dashboard, because GRPO problems show up as trends."
+            "reward that rises on a toy task. Finally a dashboard, because GRPO problems show up as trends.\n\n"
+            "One trap comes straight from a popular write-up (the “GRPO in depth” question set): its pseudocode adds "
+            "β·mean(logp_new − logp_ref) to the loss. That is the k1 estimator used as a loss, and its gradient, "
+            "∇log π_θ, has expectation zero: the KL term adds noise and never pulls towards the reference. Use "
+            "k3 = r − 1 − log r per token with r = π_ref/π_θ (lesson 06, §7), or put k1 into the reward, detached."
         ),
         demo=_GRPO_OBJECTIVE_06,
     ),
@@ -661,6 +706,7 @@ QUESTIONS: tuple[Question, ...] = (
             "route 2: a pairwise judge inside each group, reward = win rate against the siblings (only relative values matter to GRPO anyway)",
             "route 3: optimise the pairs directly offline with DPO or IPO",
             "a learned reward model invites reward hacking: keep the KL, monitor held-out preference accuracy",
+            "group normalisation does not need absolute rewards: adding a constant (and, with the std, any positive scale) leaves the advantages unchanged; only differences within a group matter",
         ),
         answer=(
             "Not directly. GRPO needs one number per completion of the current policy, while preference data is a "
@@ -670,11 +716,15 @@ QUESTIONS: tuple[Question, ...] = (
             "the arbitrary offset of a Bradley-Terry score does not matter.\n\n"
             "A second route fits GRPO's group structure well: score each completion by comparing it with its "
             "siblings using a pairwise judge (a preference model or an LLM judge) and use its win rate as the "
-            "reward. The third is to skip RL and optimise the pairs offline with DPO. With a learned judge, reward "
+            "reward. One often-repeated claim is wrong here (the “GRPO in depth” question set makes it): group "
+            "normalisation does not require absolute rewards. Subtracting the group mean removes any constant "
+            "offset and dividing by the group std removes any positive scale, so rewards r and a·r + b (a > 0) give "
+            "identical advantages; what GRPO needs is one comparable number per completion of the current policy. "
+            "The third route is to skip RL and optimise the pairs offline with DPO. With a learned judge, reward "
             "hacking becomes the main risk, so keep the KL to the reference, check the judge on held-out pairs, and "
             "read samples."
         ),
-        demo=_WRONG_TOOL_05,
+        demo=Demo(_L09, "## 11. Reward hacking"),
     ),
     Question(
         id="grpo-vs-dpo", topic="alignment", seeds=("003.Q12",),
@@ -724,7 +774,7 @@ QUESTIONS: tuple[Question, ...] = (
             "shared prefix, and decide how a conversation cut at the context limit is scored (truncated, not "
             "failed, if the outcome is unknown). Smaller G is often forced by the cost of each rollout."
         ),
-        demo=_WRONG_TOOL_05,
+        demo=Demo(_L02, "## 5. Experiment: bias and variance of GAE, measured"),
     ),
     Question(
         id="continual-learning", topic="alignment", seeds=("003.Q14",),
@@ -749,7 +799,7 @@ QUESTIONS: tuple[Question, ...] = (
             "conflict, lower learning rates, and track held-out scores of every past task so forgetting is seen "
             "when it starts."
         ),
-        demo=_KL_06,
+        demo=Demo(_L09, "**The KL to the base model, measured.**"),
     ),
     Question(
         id="failure-modes", topic="grpo", seeds=("003.Q15",),
@@ -788,6 +838,7 @@ QUESTIONS: tuple[Question, ...] = (
             "with μ = 1 and β = 0 GRPO's gradient is REINFORCE with the group mean as baseline",
             "the group mean includes the answer's own reward: (G − 1)/G shrinkage; RLOO (leave-one-out) is unbiased",
             "choose GRPO when several samples of the same state are cheap (prompts); REINFORCE with a batch or learned baseline when they are not",
+            "REINFORCE does not use one sample per update (a claim in the “GRPO in depth” question set): it averages over a batch of episodes; what it lacks is several samples of the same state; and GRPO's variance reduction comes from the group mean, not from the std",
         ),
         answer=(
             "REINFORCE estimates ∇J = E[∇log π(a|s)(R − b)] from samples and takes one step per batch; any baseline b "
@@ -801,7 +852,12 @@ QUESTIONS: tuple[Question, ...] = (
             "(G − 1)/G; the leave-one-out version (RLOO) averages only the others and is unbiased. Prefer GRPO when "
             "you can cheaply draw several samples from the same state, as with prompts, and want data reuse and a "
             "reference leash; plain REINFORCE with a batch-mean or learned baseline is the choice when each state "
-            "can be sampled only once (most environments without resets) or the task is tiny."
+            "can be sampled only once (most environments without resets) or the task is tiny.\n\n"
+            "Two claims from the “GRPO in depth” question set to correct out loud. \"REINFORCE uses one sample per update\" "
+            "is false: it averages ∇log π·(R − b) over a batch of episodes, as many as you like; the difference is "
+            "that GRPO draws several samples of the same state, which is what makes a per-state baseline possible. "
+            "And \"GRPO lowers variance through normalisation\" credits the wrong part: the group mean is the "
+            "baseline that removes variance; dividing by the std only rescales each group."
         ),
         demo=Demo(_L05, "### 6b. Learning curves at an equal sample budget"),
     ),
@@ -854,7 +910,7 @@ QUESTIONS: tuple[Question, ...] = (
             "why verifiable outcome rewards dominate GRPO practice, and why per-step credit, when needed, often "
             "comes back through a critic and GAE instead."
         ),
-        demo=_WRONG_TOOL_05,
+        demo=Demo(_L07, "**Q7. Process vs outcome supervision: how are advantages broadcast over tokens?**"),
     ),
     # ----------------------------------------------------------------------------- debugging GRPO (lesson 07)
     Question(
@@ -928,7 +984,7 @@ QUESTIONS: tuple[Question, ...] = (
             "staleness: generation weights not synced (or intentionally lagged); check: weight checksums, deviation correlated with steps since sync",
             "transforms applied only at sampling: temperature, top-p/top-k, repetition penalty, logit bias; check: toggle them off and the gap disappears",
             "train-mode dropout, different padding or position ids, MoE routing differences; check: model.eval(), same padding side, per-position pattern",
-            "read the magnitude: ~1e-6–1e-3 with random sign is numerics; systematic or order-1 deviations are bugs",
+            "read size and shape: below ~1e-5 is float32 rounding; a symmetric spread up to ~1e-1 can be precision or kernels (lesson 07 measures max |log ρ| 0.04 for bf16 scoring, 0.03 for two bf16 attention kernels); a systematic shift (every token moved the same way) is a logic mismatch, whatever its size",
         ),
         answer=(
             "Start from the invariant: the ratio is exactly 1 only if log π_θ and log π_old are computed with the "
@@ -942,8 +998,11 @@ QUESTIONS: tuple[Question, ...] = (
             "also belong here, provided the lag is accounted for.\n\n"
             "Actual mismatch or staleness: (a) generation in a separate engine whose kernels, precision (bf16 "
             "sampler vs fp32 trainer) or batch-dependent reductions differ: recompute log-probs for a few hundred "
-            "sequences right after a weight sync and look at |Δ log p| per token; small, random-sign values of "
-            "1e-6 to 1e-3 are numerics, large systematic ones are not. (b) Weights not synced to the engine: compare "
+            "sequences right after a weight sync and look at Δ log p per token, its size and its sign. Below "
+            "about 1e-5 it is float32 rounding. A symmetric spread around 0 of up to about 1e-1 can come from "
+            "precision or kernels alone: lesson 07 measures up to 0.04 per token when bf16 rescores fp32 samples "
+            "and 0.03 between two bf16 attention kernels, and on GPUs decode and prefill kernels differ more. A "
+            "systematic shift, every token moved the same way, is a logic mismatch whatever its size. (b) Weights not synced to the engine: compare "
             "checksums; the gap grows with steps since the last sync. (c) Sampling-only transforms (temperature, "
             "top-p/top-k, repetition penalty, logit bias) missing from the trainer's log-prob: switch each off and "
             "see the gap vanish. (d) Dropout on in the trainer's forward pass, different padding side or position "
@@ -1011,7 +1070,11 @@ QUESTIONS: tuple[Question, ...] = (
             "take one step, GRPO adds: a per-prompt baseline from the group (no value network for images), std "
             "scaling so prompts with different reward ranges count alike, the clipped ratio so each expensive batch "
             "of chains can serve several updates, and a KL leash. Keep classifier-free guidance identical in "
-            "sampling and scoring, use a small clip range, and look at images, since reward models are easy to game."
+            "sampling and scoring, use a small clip range, and look at images, since reward models are easy to game.\n\n"
+            "One assumption in the question needs correcting: you do not have the log-probability of a sampled "
+            "image, not even approximately in a usable form; p_θ(x_0|c) is an integral over every chain that could "
+            "have produced it. What you have, exactly, is the log-probability of each denoising step of the chain "
+            "that was sampled, and that is all the policy gradient needs."
         ),
         demo=Demo(_L09, "## 10. Why not REINFORCE on the final image?"),
     ),
@@ -1073,7 +1136,7 @@ QUESTIONS: tuple[Question, ...] = (
             "L = −mean over images and steps of min(ρA_i, clip(ρ, 1 ± ε)A_i) + β·KL to the pretrained model",
             "at ρ = 1 the gradient is −A_i Σ_t ∇log p_θ(x_{t−1}|x_t): REINFORCE on the chain, valid because the chain's density factorises over steps",
             "KL between two Gaussians with the same σ_t is ‖μ_θ − μ_ref‖²/(2σ_t²): closed form per step",
-            "the clip range is much smaller than for LLMs (DDPO uses 1e-4): a high-dimensional Gaussian's log-prob reacts strongly to small changes",
+            "ε depends on how the step's log-density is reduced: DDPO averages over the D latent dimensions, which makes every log-ratio D times smaller (ρ_mean = ρ_sum^(1/D)), so ε must shrink by about D (DDPO: 1e-4); lesson 09 measures mean vs sum at D = 256",
         ),
         answer=(
             "For image i of a group and denoising step t, the ratio is ρ_{i,t} = exp(log p_θ(x_{t−1}|x_t, c) − "
@@ -1085,11 +1148,15 @@ QUESTIONS: tuple[Question, ...] = (
             "Relation to policy gradients: the chain's density is a product of step densities, so ∇ log p_θ(chain) = "
             "Σ_t ∇log p_θ(x_{t−1}|x_t), and the policy-gradient theorem gives ∇J = E[A · Σ_t ∇log p_θ(x_{t−1}|x_t)]. At "
             "ρ = 1 (the first update after sampling) the surrogate's gradient is exactly that, with the group "
-            "baseline inside A; the ratio and clip only matter when the batch is reused. Because each step's "
-            "log-prob is a sum over many latent dimensions, small weight changes move the ratio a lot, so the clip "
-            "range is far smaller than for language models (DDPO uses 1e-4). Averaging the log-density over pixels "
-            "instead of summing shrinks the log-ratio by the number of dimensions, so ε must be chosen for the "
-            "convention in use."
+            "baseline inside A; the ratio and clip only matter when the batch is reused.\n\n"
+            "The clip range needs care, and the reason is often told backwards. A step's log-density is a sum over "
+            "the D latent dimensions; DDPO, like most implementations, averages it instead. That leaves the "
+            "direction of the gradient at ρ = 1 unchanged (it is divided by D, which Adam undoes) but makes every "
+            "log-ratio D times smaller: ρ_mean = ρ_sum^(1/D). The same ε then describes a trust region D times "
+            "wider in log-ratio, so ε must shrink by about D to mean the same thing; that is why DDPO pairs the "
+            "mean with ε = 1e-4. Lesson 09 measures it at D = 256: after the same few steps with ε = 1e-3, the "
+            "largest |log ρ| is 0.011 with the mean and 2.8 with the sum, and ε = 0.2 on the mean never clips. "
+            "Copying ε = 0.2 from an LLM recipe onto a per-pixel mean switches the clip off."
         ),
         demo=Demo(_L09, "## 6. The objective, and why it is a policy gradient over the chain"),
     ),
@@ -1140,7 +1207,9 @@ QUESTIONS: tuple[Question, ...] = (
             "replace exp(q·k) by a kernel φ(q)·φ(k) (a positive feature map such as elu + 1) and drop the softmax",
             "re-associate: φ(Q)(φ(K)ᵀV) with a d × d state computed once: O(n d²), linear in sequence length n",
             "causal form is a recurrence with a fixed-size state: constant memory and time per generated token",
-            "lost: the exponential's sharp, normalised competition between keys; the state compresses all history; weak exact retrieval and copying; low-rank attention",
+            "lost: the exponential's sharp, normalised competition between keys; weak exact retrieval and copying",
+            "the real limit is the fixed d × d_v state (plus a d-vector normaliser) through which the whole past must pass, whatever n",
+            "\"low-rank attention\" holds only without the causal mask: φ(Q)φ(K)ᵀ has rank ≤ d, but its lower triangle is generally full rank",
         ),
         answer=(
             "Softmax attention computes, for every query, scores against every key, exp(q_i·k_j/√d), normalises "
@@ -1152,10 +1221,13 @@ QUESTIONS: tuple[Question, ...] = (
             "in n. In the causal case the summary is a running sum, so the model is an RNN with a fixed-size state: "
             "constant memory and time per generated token.\n\n"
             "What is lost is what made softmax good at lookup. The exponential makes keys compete: one very "
-            "relevant key can take almost all the weight. A feature-map kernel spreads weight more evenly, the "
-            "attention matrix has rank at most the feature dimension, and the whole past must fit into a d × d "
-            "state, so exact recall of a specific earlier token (copying, associative lookup, needle in a "
-            "haystack) degrades as the context grows."
+            "relevant key can take almost all the weight; a feature-map kernel spreads weight more evenly. And "
+            "the whole past must pass through the fixed d × d_v state S_t = Σ φ(k_s)v_sᵀ (with the d-vector "
+            "z_t = Σ φ(k_s) for the normaliser), whatever the context length, so exact recall of a specific "
+            "earlier token (copying, associative lookup, needle in a haystack) degrades as the context grows. "
+            "Linear attention is often called low-rank attention; that is true only without the causal mask. "
+            "φ(Q)φ(K)ᵀ has rank at most d, but keeping only its lower triangle generally makes it full rank, so "
+            "for the causal model that matters in LLMs the rank is not the limit: the fixed-size state is."
         ),
         demo=Demo(_L10, "## 2. Linear attention: re-associate the matmuls"),
     ),
@@ -1169,7 +1241,7 @@ QUESTIONS: tuple[Question, ...] = (
             "decoding is memory-bandwidth bound (the cache is read for every token): smaller cache, faster steps, larger batches and longer contexts",
             "spectrum: MHA (H_kv = H_q, most capacity, largest cache) → GQA → MQA (H_kv = 1, smallest cache, largest quality risk)",
             "GQA keeps quality close to MHA; existing MHA checkpoints can be converted by mean-pooling KV heads and briefly uptraining",
-            "query-side compute is unchanged; K/V projection parameters shrink",
+            "unchanged: the number of query heads and the query-side compute; changed: the query heads of a group score the same keys and average the same values, so their patterns are no longer independent; K/V projection parameters shrink",
         ),
         answer=(
             "GQA keeps all H_q query heads but gives them only H_kv key/value heads: the query heads are split "
@@ -1177,8 +1249,10 @@ QUESTIONS: tuple[Question, ...] = (
             "and values per KV head, so its size, 2 · layers · H_kv · head_dim · tokens · bytes, falls by a factor "
             "H_q/H_kv. That matters because autoregressive decoding is limited by memory bandwidth: every new token "
             "reads the entire cache. A smaller cache means faster decoding steps, more sequences per batch, and "
-            "longer contexts in the same memory. Compute on the query side and the attention pattern per query "
-            "head are unchanged.\n\n"
+            "longer contexts in the same memory. What stays the same is the number of query heads and the "
+            "query-side compute: each query head still computes its own scores. What changes is that the query "
+            "heads of a group score the same keys and average the same values, so their attention patterns are "
+            "no longer independent; they differ only through their queries.\n\n"
             "It sits on a spectrum. Multi-head attention (H_kv = H_q) has the most capacity and the largest cache. "
             "Multi-query attention (H_kv = 1) has the smallest cache but forces every head to read the same keys "
             "and values, which costs quality and was reported to make training less stable. GQA with, say, 8 KV "
@@ -1194,7 +1268,7 @@ QUESTIONS: tuple[Question, ...] = (
         checklist=(
             "quality: exact softmax does sharp content-based retrieval (in-context recall, copying); a fixed-size state cannot hold everything, and recall benchmarks show the gap",
             "FlashAttention computes exact attention tile by tile in fast on-chip memory: no n × n matrix in memory, far fewer memory reads, tensor-core friendly",
-            "at common context lengths attention is a minority of the FLOPs (the MLPs dominate until n is several times d_model), so the asymptotic win buys little",
+            "per token, projections and MLP cost about 24·d_model² FLOPs and causal attention about 2·n·d_model: attention passes half only at n ≈ 12·d_model (49,152 tokens for d_model = 4096), so below that the asymptotic win buys little",
             "linear attention's causal form (prefix sums, small state updates) is harder to run at full hardware utilisation; ecosystem: paged KV caches, kernels, pretrained checkpoints",
             "the middle ground in practice: hybrids with a few full-attention layers, sliding windows",
         ),
@@ -1208,7 +1282,9 @@ QUESTIONS: tuple[Question, ...] = (
             "Second, the cost argument is weaker than O(n²) suggests. FlashAttention computes exact attention in "
             "tiles kept in on-chip memory, never materialising the n × n matrix, so memory is linear and the "
             "kernel runs near peak on tensor cores. At the context lengths most requests use, attention is a "
-            "minority of a layer's FLOPs (the MLPs dominate until n is a few times the model width), so the "
+            "minority of a layer's FLOPs: per token, the projections and the MLP cost about 24·d_model² FLOPs "
+            "and causal attention about 2·n·d_model, so attention passes half only at n ≈ 12·d_model, 49,152 "
+            "tokens for d_model = 4096 (lesson 10, §5). So the "
             "asymptotic saving is small, while linear attention's causal recurrence is harder to run at full "
             "utilisation. Serving stacks are also built around KV caches (paging, prefix sharing). Hence the "
             "current compromise: mostly exact attention, GQA to shrink the cache, and hybrids that interleave a "
