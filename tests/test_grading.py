@@ -1,6 +1,9 @@
 """The grading machinery: verdicts, hints, time limits, exercise generation and the CI invariants
 (solutions pass, pristine exercises fail every graded item, exercises/ in sync with solutions/)."""
 
+import contextlib
+import io
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +14,18 @@ import nbformat
 import pytest
 import torch
 
-from minigrpo.grading import EXERCISES, Raised, check, compare, get_item, items, run_item, time_limit
+from minigrpo.grading import (
+    EXERCISES,
+    CheckFailed,
+    Raised,
+    check,
+    compare,
+    get_item,
+    grade,
+    items,
+    run_item,
+    time_limit,
+)
 from minigrpo.grading.core import GradingTimeout
 from minigrpo.grading.notebooks import (
     exercise_text,
@@ -65,12 +79,43 @@ def test_verdict_shows_input_expected_got_and_hint(capsys):
     def reward_to_go(rewards, gamma):  # forgot the discount
         return torch.flip(torch.cumsum(torch.flip(torch.as_tensor(rewards), [0]), 0), [0])
 
-    check("01.1", reward_to_go)
+    with pytest.raises(CheckFailed) as raised:
+        check("01.1", reward_to_go)
     out = capsys.readouterr().out
     assert out.startswith("✗ 01.1 reward_to_go")
     for part in ["input:", "rewards=[1., 1., 1.], gamma=0.5", "expected:    tensor([1.75, 1.5, 1])",
                  "got:         tensor([3, 2, 1])", "hint:", "γ**k"]:
         assert part in out
+    # Jupyter shows the exception as the one line it renders, under the verdict, not a traceback.
+    n_quick = len([c for c in get_item("01.1").cases if c.quick])
+    failed = n_quick - run_item(get_item("01.1"), reward_to_go, quick=True).n_passed
+    assert raised.value._render_traceback_() == [
+        f"\x1b[0;31mCheckFailed\x1b[0m: 01.1 reward_to_go failed {failed} of {n_quick} checks (first failure above): "
+        "fix it, run its cell, then this one"]
+
+
+def test_a_stub_check_prints_one_verdict_line_and_jupyter_one_error_line(tmp_path, monkeypatch):
+    """In IPython (what a Jupyter kernel runs) a stub's check cell shows two lines, not a traceback."""
+    from IPython.core.interactiveshell import InteractiveShell
+    from traitlets.config import Config
+
+    monkeypatch.setenv("IPYTHONDIR", str(tmp_path))
+    config = Config()
+    config.HistoryManager.hist_file = ":memory:"
+    shell = InteractiveShell.instance(config=config)
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            result = shell.run_cell("from minigrpo.grading import check\n"
+                                    "def reward_to_go(rewards, gamma):\n    raise NotImplementedError\n"
+                                    "check('01.1', reward_to_go)")
+    finally:
+        InteractiveShell.clear_instance()
+    assert isinstance(result.error_in_exec, CheckFailed)
+    assert out.getvalue().splitlines() == [
+        "✗ 01.1 reward_to_go: not implemented yet: replace `raise NotImplementedError` with your code",
+        "\x1b[0;31mCheckFailed\x1b[0m: 01.1 reward_to_go is not implemented yet: write it, run its cell, then this one",
+    ]
 
 
 def test_check_prints_a_stable_success_line(capsys):
@@ -114,18 +159,18 @@ def test_an_infinite_loop_fails_the_item_without_hanging():
 
 # ----------------------------------------------------------------------------- notebooks
 
-def test_stub_generation_replaces_solutions_and_keeps_check_outputs():
+def test_stub_generation_replaces_solutions_and_removes_every_output():
     sol = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n"),
-        nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\nprint('ok')",
-                                  outputs=[nbformat.v4.new_output("stream", text="ok\n")]),
-        nbformat.v4.new_code_cell("print('other')", outputs=[nbformat.v4.new_output("stream", text="other\n")]),
+        nbformat.v4.new_code_cell("def f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION\n",
+                                  execution_count=1),
+        nbformat.v4.new_code_cell("check('99.1', f)", execution_count=2,
+                                  outputs=[nbformat.v4.new_output("stream", text="✓ 99.1 f: all 2 checks passed\n")]),
     ])
     ex = make_exercise_notebook(sol)
     assert ex.cells[0].source == 'def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError("implement f")\n'
-    assert ex.cells[1].outputs[0].text == "ok\n"
-    assert ex.cells[2].outputs == []
-    assert "BEGIN SOLUTION" in sol.cells[0].source  # the solution itself is untouched
+    assert [c.outputs for c in ex.cells] == [[], []]
+    assert [c.execution_count for c in ex.cells] == [None, None]
+    assert "BEGIN SOLUTION" in sol.cells[0].source and sol.cells[1].outputs  # the solution is untouched
 
 
 def test_unbalanced_markers_are_an_error():
@@ -153,11 +198,27 @@ def test_solutions_pass_and_pristine_exercises_fail_every_item(exercise):
 
 
 @pytest.mark.parametrize("exercise", sorted(EXERCISES))
-def test_exercise_notebook_ships_the_solution_check_outputs(exercise):
+def test_solution_shows_its_checks_passing_and_the_exercise_shows_no_verdict(exercise):
     sol = find_notebook(exercise, ROOT / "solutions")
-    text = exercise_text(sol)
+    sol_text = sol.read_text(encoding="utf-8")
+    ex = nbformat.reads(exercise_text(sol), as_version=4)
     for item in items(exercise):
-        assert f"✓ {item.id} {item.function}: all" in text, f"run {sol.name} and regenerate exercises"
+        assert f"✓ {item.id} {item.function}: all" in sol_text, f"execute {sol.name} (minigrpo run {exercise} --folder solutions)"
+        assert f"✓ {item.id}" not in exercise_text(sol)
+    assert all(c.outputs == [] and c.execution_count is None for c in ex.cells if c.cell_type == "code")
+    # A check cell fails by raising, so no check cell may ask nbval to compare saved outputs.
+    assert "NBVAL_CHECK_OUTPUT" not in sol_text
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_exercise_links_its_lesson_and_says_how_to_grade(exercise):
+    cells = nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4).cells
+    lesson = find_notebook(exercise, ROOT / "notebooks")
+    assert f"[lesson {exercise}](../notebooks/{lesson.name})" in cells[0].source
+    done = cells[-1].source
+    assert "## Done?" in done and "Save the notebook" in done
+    for how in (f"`minigrpo grade {exercise}`", f"`make grade EX={exercise}`", "`source .venv/bin/activate`"):
+        assert how in done, how
 
 
 def test_load_functions_reports_a_broken_cell(tmp_path):
@@ -169,40 +230,91 @@ def test_load_functions_reports_a_broken_cell(tmp_path):
 
 # ----------------------------------------------------------------------------- `minigrpo grade`
 
-def _grade(*args):
-    env = dict(os.environ, MINIGRPO_SMOKE="1")
+def _grade(*args, home, cwd=ROOT):
+    env = dict(os.environ, MINIGRPO_SMOKE="1", MINIGRPO_HOME=str(home))
     return subprocess.run([sys.executable, "-m", "minigrpo.cli", "grade", *args], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=600)
+                          text=True, env=env, cwd=cwd, timeout=600)
 
 
-def test_grade_pristine_exercise_names_every_failing_item():
-    proc = _grade("01")
+def _grades(home):
+    return {ex: (g["score"], g["total"]) for ex, g in json.loads((home / "grades.json").read_text()).items()}
+
+
+def test_grade_pristine_exercise_names_every_failing_item_and_the_failing_cell(tmp_path):
+    proc = _grade("01", home=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     for item in items("01"):
         i = next(i for i, line in enumerate(lines) if line.startswith(f"{item.id} {item.function}"))
         row = " ".join([lines[i]] + [x.strip() for x in lines[i + 1:] if x.startswith("      ")][:2])
         assert "FAIL" in lines[i] and "not implemented yet" in row, row
-    notebook = next(l for l in proc.stdout.splitlines() if "notebook (nbval" in l)
-    assert "FAIL" in notebook and "cells failed" in notebook
+    i = next(i for i, line in enumerate(lines) if "notebook (nbval" in line)
+    row = " ".join([lines[i]] + [x.strip() for x in lines[i + 1:] if x.startswith("      ")])
+    # The first failing cell is the first check, quoted as the learner sees it, with its one-line error.
+    code = [c.source for c in nbformat.read(find_notebook("01", ROOT / "exercises"), as_version=4).cells
+            if c.cell_type == "code"]
+    first_check = code.index('check("01.1", reward_to_go)') + 1
+    assert "FAIL" in lines[i] and f'code cell {first_check} of {len(code)}, `check("01.1", reward_to_go)`, ' \
+        "failed: CheckFailed: 01.1 reward_to_go is not implemented yet" in row, row
+    assert "saved on disk" in row and "save it in Jupyter" in row
     assert "score: 0/4" in proc.stdout
+    assert _grades(tmp_path) == {"01": (0, 4)}
 
 
-def test_grade_gives_full_marks_when_the_solution_is_pasted_in(tmp_path):
-    # A learner's copy with the solution pasted in, in a folder of its own.
-    target = tmp_path / "exercises" / "01_reinforce.ipynb"
-    target.parent.mkdir()
-    target.write_bytes((ROOT / "solutions" / "01_reinforce.ipynb").read_bytes())
-    proc = _grade("01", "--path", str(target))
+def _solved_copy_with_stale_outputs(folder: Path, exercise: str) -> Path:
+    """The learner's exercise notebook with every stub replaced by the solution's code, the check cells
+    not re-run since: one still shows the failure from before the fix, saved in the older convention
+    (marked # NBVAL_CHECK_OUTPUT, so a plain nbval run would compare against it)."""
+    sol = nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4)
+    ex = nbformat.read(find_notebook(exercise, ROOT / "exercises"), as_version=4)
+    for mine, theirs in zip(ex.cells, sol.cells, strict=True):
+        if mine.cell_type == "code" and "NotImplementedError(" in mine.source:
+            mine.source = theirs.source
+    first_check = next(c for c in ex.cells if c.cell_type == "code" and c.source.startswith("check("))
+    first_check.source = "# NBVAL_CHECK_OUTPUT\n" + first_check.source
+    first_check.execution_count = 3
+    item = items(exercise)[0]
+    stale = f"{item.id} {item.function} is not implemented yet"
+    first_check.outputs = [
+        nbformat.v4.new_output("stream", text=f"✗ {item.id} {item.function}: not implemented yet\n"),
+        nbformat.v4.new_output("error", ename="CheckFailed", evalue=stale, traceback=[f"CheckFailed: {stale}"]),
+    ]
+    path = folder / "exercises" / find_notebook(exercise, ROOT / "exercises").name
+    path.parent.mkdir()
+    nbformat.write(ex, path)
+    return path
+
+
+def test_grade_ignores_stale_outputs_of_a_correct_notebook_and_accepts_a_relative_path(tmp_path):
+    _solved_copy_with_stale_outputs(tmp_path, "05")
+    home = tmp_path / "home"
+    # relative to where the learner stands; the exercise number comes from the file name
+    proc = _grade("--path", "exercises/05_ppo_to_grpo.ipynb", home=home, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "score: 4/4   full marks!" in proc.stdout
+    assert "score: 3/3   full marks!" in proc.stdout
+    assert _grades(home) == {"05": (3, 3)}
 
 
-def test_grade_accepts_a_relative_path_and_refuses_a_missing_one():
-    proc = _grade("--path", "solutions/05_ppo_to_grpo.ipynb")  # relative to where the learner stands
-    assert proc.returncode == 0 and "full marks!" in proc.stdout, proc.stdout + proc.stderr
-    proc = _grade("--path", "exercises/05_missing.ipynb")
-    assert proc.returncode == 2 and "no notebook at exercises/05_missing.ipynb" in proc.stderr
+def test_grade_refuses_a_missing_notebook_an_unknown_exercise_and_a_damaged_file(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("MINIGRPO_HOME", str(tmp_path))
+    assert grade.main(None, "exercises/05_missing.ipynb") == 2
+    assert capsys.readouterr().err == "minigrpo grade: no notebook at exercises/05_missing.ipynb\n"
+    for exercise in ("08", "99"):
+        assert grade.main(exercise) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and err == f"minigrpo grade: no exercise {exercise}; exercises: {', '.join(EXERCISES)}\n"
+    broken = tmp_path / "01_reinforce.ipynb"
+    broken.write_text("{not json", encoding="utf-8")
+    assert grade.main(None, str(broken)) == 2
+    assert capsys.readouterr().err.startswith(f"minigrpo grade: cannot read {broken} as a notebook: ")
+    assert not (tmp_path / "grades.json").exists()
+
+
+def test_grading_the_reference_solution_is_not_recorded_as_progress(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("MINIGRPO_HOME", str(tmp_path))
+    assert grade.main("05", str(ROOT / "solutions" / "05_ppo_to_grpo.ipynb"), notebook=False) == 0
+    assert "full marks!" in capsys.readouterr().out
+    assert not (tmp_path / "grades.json").exists()
 
 
 def test_compare_handles_nan_and_inf_differences():

@@ -1,7 +1,12 @@
 """Exercise grading: in-notebook checks (``check``) and the grader behind ``minigrpo grade``.
 
     from minigrpo.grading import check
-    check("01.1", reward_to_go)      # prints ✓ or the failing input, expected, got and a hint
+    check("01.1", reward_to_go)      # prints ✓, or the failing input, expected, got and a hint
+
+A failing check prints its verdict and then raises :class:`CheckFailed`, which Jupyter shows as one
+line under the verdict instead of a traceback. The cell fails, so ``Run All`` stops there and
+``pytest --nbval-lax`` fails the notebook whatever outputs it has saved: check cells are not marked
+``# NBVAL_CHECK_OUTPUT``, and exercise notebooks ship with no outputs at all.
 """
 
 from __future__ import annotations
@@ -22,7 +27,6 @@ from minigrpo.grading.core import (
     run_item,
     time_limit,
 )
-
 
 
 def _discover() -> dict[str, tuple[str, list[Item]]]:
@@ -55,12 +59,31 @@ def get_item(item_id: str) -> Item:
     raise KeyError(f"exercise {exercise} has no item {item_id!r}; items: {[i.id for i in items(exercise)]}")
 
 
+class CheckFailed(Exception):
+    """Raised by :func:`check` after it printed a failing verdict; the message is one line."""
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython calls this instead of formatting a traceback: the verdict printed above says
+        # everything, a traceback into the grading code would only bury it.
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
 def check(item_id: str, fn: Callable | None, quick: bool = True) -> None:
-    """Run an item's quick checks on ``fn`` and print the verdict (✓, or input/expected/got/hint)."""
-    print(run_item(get_item(item_id), fn, quick=quick).report())
+    """Run an item's quick checks on ``fn``; print the verdict (✓, or input/expected/got/hint), and
+    raise :class:`CheckFailed` if any check failed."""
+    result = run_item(get_item(item_id), fn, quick=quick)
+    print(result.report(), flush=True)
+    if result.passed:
+        return
+    head = f"{result.item.id} {result.item.function}"
+    if result.not_implemented:
+        raise CheckFailed(f"{head} is not implemented yet: write it, run its cell, then this one")
+    failed = len(result.cases) - result.n_passed
+    raise CheckFailed(f"{head} failed {failed} of {len(result.cases)} checks (first failure above): "
+                      "fix it, run its cell, then this one")
 
 
 __all__ = [
-    "Case", "EXERCISES", "GradingTimeout", "Item", "ItemResult", "Raised", "WrongAnswer",
+    "Case", "CheckFailed", "EXERCISES", "GradingTimeout", "Item", "ItemResult", "Raised", "WrongAnswer",
     "check", "compare", "get_item", "items", "run_item", "time_limit",
 ]

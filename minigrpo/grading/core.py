@@ -21,6 +21,10 @@ import numpy as np
 import torch
 
 
+#: how a case that stopped at the stub's ``raise NotImplementedError`` is reported
+NOT_IMPLEMENTED = "not implemented yet"
+
+
 class GradingTimeout(Exception):
     """Raised inside a learner's code when it runs past its time limit."""
 
@@ -151,11 +155,18 @@ class ItemResult:
         reason = f.message.splitlines()[0] if f.message else "failed"
         return f"case '{f.case.name}': {reason}" + (f" Hint: {f.hint}" if f.hint else "")
 
+    @property
+    def not_implemented(self) -> bool:
+        """Every case stopped at ``raise NotImplementedError``: the learner has not started."""
+        return all(c.message.startswith(NOT_IMPLEMENTED) for c in self.cases)
+
     def report(self) -> str:
         """The full verdict a learner reads: input, expected, got, hint."""
         head = f"{self.item.id} {self.item.function}"
         if self.passed:
             return f"✓ {head}: all {len(self.cases)} checks passed"
+        if self.not_implemented:
+            return f"✗ {head}: {self.cases[0].message}"
         f = self.first_failure
         lines = [f"✗ {head}: {self.n_passed}/{len(self.cases)} checks passed", f"  failed case: {f.case.name}",
                  f"  input:       {f.case.inputs}"]
@@ -259,7 +270,7 @@ def run_case(item: Item, case: Case, fn: Callable) -> CaseResult:
     try:
         got = _call(case, fn, item.time_limit)
     except NotImplementedError:
-        return CaseResult(case, False, "not implemented yet: replace `raise NotImplementedError` with your code")
+        return CaseResult(case, False, f"{NOT_IMPLEMENTED}: replace `raise NotImplementedError` with your code")
     except GradingTimeout:
         return CaseResult(case, False, f"did not finish within {item.time_limit:g} s: is there an infinite loop?")
     diff = compare(got, expected, case.rtol, case.atol)

@@ -1,11 +1,15 @@
 """Notebooks as exercise sources: loading a learner's functions, and generating exercises/.
 
-Conventions (COURSE.md, "Exercises and grading"):
+Conventions:
 - An exercise cell is tagged ``exercise`` in its metadata and starts with a ``# EXERCISE NN.k``
   comment. It is self-contained (its own imports), so the grader can run it alone.
-- In ``solutions/`` the answer sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``;
-  ``exercises/`` is generated from it with each block replaced by a stub that raises
-  NotImplementedError, and only the outputs of ``# NBVAL_CHECK_OUTPUT`` cells kept.
+- Under it, a check cell calls ``check("NN.k", fn)``: it prints the verdict and, when a check fails,
+  raises, so the cell errors. Check cells carry no ``# NBVAL_CHECK_OUTPUT``: a notebook passes
+  ``pytest --nbval-lax`` when every cell runs, whatever outputs it has saved.
+- In ``solutions/`` the answer sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the
+  notebook is saved executed. ``exercises/`` is generated from it with each block replaced by a stub
+  that raises NotImplementedError and every output removed: a fresh exercise shows no verdict until
+  the learner runs it.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from minigrpo.grading.core import GradingTimeout, time_limit
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 EXERCISE_TAG = "exercise"
-CHECK_OUTPUT = "# NBVAL_CHECK_OUTPUT"
 STUB = "# YOUR CODE HERE\nraise NotImplementedError(\"{what}\")"
 _EXERCISE_COMMENT = re.compile(r"^\s*#\s*EXERCISE\b")
 
@@ -103,7 +106,7 @@ def _stub_source(source: str, what: str) -> str:
 
 
 def make_exercise_notebook(solution):
-    """The learner's copy of a solution notebook (a new ``NotebookNode``)."""
+    """The learner's copy of a solution notebook (a new ``NotebookNode``): answers stubbed, no outputs."""
     nb = copy.deepcopy(solution)
     for cell in nb.cells:
         if cell.cell_type != "code":
@@ -112,12 +115,7 @@ def make_exercise_notebook(solution):
             name = re.search(r"def\s+(\w+)", cell.source)
             cell.source = _stub_source(cell.source, f"implement {name.group(1)}" if name else "your code here")
         cell.execution_count = None
-        if not cell.source.lstrip().startswith(CHECK_OUTPUT):
-            cell.outputs = []
-        else:
-            for out in cell.outputs:
-                if "execution_count" in out:
-                    out["execution_count"] = None
+        cell.outputs = []
     return nb
 
 
