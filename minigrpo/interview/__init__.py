@@ -2,10 +2,26 @@
 
     from minigrpo.interview import QUESTIONS, get
     q = get("grpo-step")
-    q.question, q.checklist, q.answer, q.demo.notebook, q.demo.fragment
+    q.question, q.checklist, q.answer, q.followups, q.demo.notebook, q.demo.fragment
+
+The questions are Markdown files in ``minigrpo/interview/questions/`` (one per topic), loaded when
+this package is imported.
 """
 
-from minigrpo.interview.bank import QUESTIONS, SEED_QUESTIONS, TOPICS, Demo, Question, by_topic, for_seed, get
+from minigrpo.interview.bank import (
+    QUESTIONS,
+    SEED_QUESTIONS,
+    TOPIC_TITLES,
+    TOPICS,
+    Demo,
+    FollowUp,
+    Question,
+    by_topic,
+    for_seed,
+    get,
+)
 from minigrpo.interview.schedule import Progress
+from minigrpo.interview.seeds import SEED_SETS, seed_label
 
-__all__ = ["QUESTIONS", "SEED_QUESTIONS", "TOPICS", "Demo", "Progress", "Question", "by_topic", "for_seed", "get"]
+__all__ = ["QUESTIONS", "SEED_QUESTIONS", "SEED_SETS", "TOPICS", "TOPIC_TITLES", "Demo", "FollowUp", "Progress",
+           "Question", "by_topic", "for_seed", "get", "seed_label"]

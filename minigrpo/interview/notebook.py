@@ -7,7 +7,8 @@ from __future__ import annotations
 import html
 import random
 
-from minigrpo.interview.bank import QUESTIONS, SEED_FILES, SEED_QUESTIONS, Question, by_topic, for_seed
+from minigrpo.interview.bank import QUESTIONS, SEED_QUESTIONS, Question, by_topic, for_seed
+from minigrpo.interview.seeds import SEED_SETS, seed_label
 
 _STYLE = "border:1px solid #ccc;border-radius:6px;padding:8px 12px;margin:8px 0"
 
@@ -35,8 +36,8 @@ def _text_html(text: str) -> str:
 
 
 def question_html(q: Question) -> str:
-    seeds = ", ".join(q.seeds)
-    return (f"<b>[{html.escape(q.id)}]</b> <i>{html.escape(q.topic)}; covers {html.escape(seeds)}</i>"
+    seeds = "; ".join(q.seed_labels)
+    return (f"<b>[{html.escape(q.id)}]</b> <i>{html.escape(q.topic)}; asked in {html.escape(seeds)}</i>"
             f"<p><b>{html.escape(q.question)}</b></p>")
 
 
@@ -104,11 +105,13 @@ def coverage_html() -> str:
     rows = []
     for ref, text in SEED_QUESTIONS.items():
         ids = ", ".join(q.id for q in for_seed(ref))
-        rows.append(f"<tr><td>{ref}</td><td>{html.escape(text)}</td><td><code>{html.escape(ids)}</code></td></tr>")
-    files = "".join(f"<li>{k}: {html.escape(v)}</li>" for k, v in SEED_FILES.items())
-    return (f"<p>{len(SEED_QUESTIONS)} interview questions and follow-ups from {len(SEED_FILES)} interviews, answered by "
-            f"{len(QUESTIONS)} bank entries.</p><ul>{files}</ul>"
-            "<table><tr><th>seed</th><th>asks</th><th>bank entries</th></tr>" + "".join(rows) + "</table>")
+        rows.append(f"<tr><td>{html.escape(seed_label(ref))}</td><td>{html.escape(text)}</td>"
+                    f"<td><code>{html.escape(ids)}</code></td></tr>")
+    sets = "".join(f"<li><b>{html.escape(s.name)}</b> (<code>--mock {s.slug}</code>): {html.escape(s.source.split(': ', 1)[1])}</li>"
+                   for s in SEED_SETS.values())
+    return (f"<p>{len(SEED_QUESTIONS)} interview questions and follow-ups from {len(SEED_SETS)} interviews, answered by "
+            f"{len(QUESTIONS)} bank entries.</p><ul>{sets}</ul>"
+            "<table><tr><th>asked in</th><th>asks</th><th>bank entries</th></tr>" + "".join(rows) + "</table>")
 
 
 def show_coverage() -> None:

@@ -55,8 +55,8 @@ def _wrap(text: str, indent: str = "  ") -> str:
 
 def format_question(q: Question) -> str:
     where = f'{q.demo.notebook}, the cell with "{q.demo.fragment}"'
-    seeds = ", ".join(q.seeds)
-    return f"[{q.id}] topic: {q.topic}; covers {seeds}\n\n{_wrap(q.question)}\n\n  see it in lesson {q.demo.lesson}: {where}"
+    seeds = "; ".join(q.seed_labels)
+    return f"[{q.id}] topic: {q.topic}; asked in {seeds}\n\n{_wrap(q.question)}\n\n  see it in lesson {q.demo.lesson}: {where}"
 
 
 def format_reveal(q: Question) -> str:
