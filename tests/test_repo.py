@@ -121,6 +121,19 @@ def test_course_tooling_and_benchmarks_imports_are_declared():
             assert DIST_NAMES.get(name, name).lower() in everything, f"{path.relative_to(ROOT)} imports {name}"
 
 
+def test_package_data_ships_in_the_wheel():
+    # A non-editable install carries only .py files and what [tool.setuptools.package-data] lists.
+    package_data = PYPROJECT["tool"]["setuptools"]["package-data"]
+    data = [f for f in (ROOT / "minigrpo").rglob("*")
+            if f.is_file() and f.suffix not in (".py", ".pyc") and "__pycache__" not in f.parts]
+    assert data, "expected the interview question files"
+    for f in data:
+        rel = f.relative_to(ROOT)
+        assert any(rel.relative_to(Path(*pkg.split("."))).match(glob)
+                   for pkg, globs in package_data.items() if rel.is_relative_to(Path(*pkg.split(".")))
+                   for glob in globs), f"{rel} is not in [tool.setuptools.package-data]"
+
+
 def test_make_installs_the_course_extra():
     makefile = (ROOT / "Makefile").read_text()
     extras = set(re.findall(r'pip install -e "\.\[([a-z,]+)\]"', makefile))
