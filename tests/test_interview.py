@@ -183,7 +183,10 @@ def test_without_an_id_the_rated_round_takes_the_next_question_due(capsys, tmp_p
     (["--id", "gae", "--rating", "-1"], "rating must be an integer from 0 to 3"),
     (["--id", "gae", "--rating", "abc"], "rating must be an integer from 0 to 3 (0 = blank"),
     (["--id", "gae", "--rating", "2.5"], "got '2.5'"),
-    (["--id", "gae", "--answer", "text"], "--answer needs --rating"),
+    (["--id", "gae", "--answer", "text"], "--answer needs --rating N (0-3) or --covered ITEMS"),
+    (["--id", "gae", "--covered", "1,9"], "the checklist has items 1 to 7; got '9'"),
+    (["--id", "gae", "--covered", "most"], "type the numbers of the checklist items"),
+    (["--id", "gae", "--covered", "1", "--rating", "2"], "give --covered or --rating, not both"),
     (["--topic", "chemistry", "--list"], "no interview topic 'chemistry'"),
 ])
 def test_bad_input_is_a_clear_error_and_a_nonzero_exit(capsys, tmp_path, argv, message):
@@ -202,30 +205,32 @@ def test_a_corrupt_progress_file_is_reported_not_overwritten(capsys, tmp_path):
 
 
 def test_interactive_session_in_a_subprocess_uses_the_env_progress_file(tmp_path):
-    """The real console flow: answer on stdin, an invalid rating re-asked, then a valid one; the
-    progress file comes from the environment variable."""
+    """The real console flow: answer on stdin, an invalid checklist tick re-asked, then a valid one;
+    the progress file comes from the environment variable."""
     pf = tmp_path / "env.json"
     env = dict(os.environ, **{PROGRESS_ENV_VAR: str(pf)})
     proc = subprocess.run([sys.executable, "-m", "minigrpo.cli", "interview", "--id", "all-equal-group"],
-                          input="every advantage is zero\nadd eps to the std\n\n7\n1\n", capture_output=True,
+                          input="every advantage is zero\nadd eps to the std\n\n7\n1-3\n", capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert out.index("Your answer") < out.index("A strong answer covers:") < out.index("Rate your answer")
-    assert "rating must be an integer from 0 to 3" in out and "rated 1" in out and "1 question(s) rated" in out
+    assert out.index("Your answer") < out.index("A strong answer covers:") < out.index("Which points did your answer")
+    assert "the checklist has items 1 to 5; got '7'" in out and "covered 3/5 points" in out
+    assert "1 question(s) checked" in out
     card = json.loads(pf.read_text())["questions"]["all-equal-group"]
-    assert card["box"] == 1 and card["history"][0]["rating"] == 1
+    assert card["box"] == 1 and card["history"][0]["rating"] == 1  # 2 of 5 missed, half covered: tomorrow
+    assert len(card["history"][0]["covered"]) == 3 and len(card["history"][0]["missed"]) == 2
 
 
-def test_interactive_rating_that_is_not_a_number_is_asked_again(capsys, tmp_path, monkeypatch):
+def test_interactive_tick_that_is_not_a_number_is_asked_again(capsys, tmp_path, monkeypatch):
     import io
 
-    monkeypatch.setattr(sys, "stdin", io.StringIO("my answer\n\nabc\n 2 \n"))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("my answer\n\nabc\n all \n"))
     rc, out, err = _cli(capsys, "--id", "gae", "--progress-file", str(tmp_path / "p.json"))
     assert rc == 0 and err == ""
-    assert "rating must be an integer from 0 to 3" in out and "got 'abc'" in out and "invalid literal" not in out
-    assert out.count("Rate your answer") == 2 and "rated 2" in out
-    assert json.loads((tmp_path / "p.json").read_text())["questions"]["gae"]["history"][0]["rating"] == 2
+    assert "type the numbers of the checklist items" in out and "got 'abc'" in out and "invalid literal" not in out
+    assert out.count("Which points did your answer cover?") == 2 and f"covered {len(get('gae').checklist)}/" in out
+    assert json.loads((tmp_path / "p.json").read_text())["questions"]["gae"]["history"][0]["rating"] == 3
 
 
 class _CtrlCAfter:
@@ -242,8 +247,8 @@ class _CtrlCAfter:
 
 def test_ctrl_c_in_a_session_keeps_the_ratings_and_exits_cleanly(capsys, tmp_path, monkeypatch):
     pf = tmp_path / "p.json"
-    # one question answered and rated 3, Ctrl-C while answering the second
-    monkeypatch.setattr(sys, "stdin", _CtrlCAfter("answer one\n", "\n", "3\n", "half an answ"))
+    # one question answered with every point covered, Ctrl-C while answering the second
+    monkeypatch.setattr(sys, "stdin", _CtrlCAfter("answer one\n", "\n", "all\n", "half an answ"))
     rc, out, err = _cli(capsys, "--topic", "attention", "--count", "3", "--progress-file", str(pf))
     assert rc == 130 and "Traceback" not in out + err
     assert err.strip() == f"minigrpo interview: stopped; your progress is saved in {pf}" and err.count("\n") <= 2
@@ -264,7 +269,7 @@ def test_interactive_session_stops_cleanly_on_q(capsys, tmp_path, monkeypatch):
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("my answer\n\nq\n"))
     rc, out, _ = _cli(capsys, "--count", "3", "--progress-file", str(tmp_path / "p.json"))
-    assert rc == 0 and "0 question(s) rated" in out and not (tmp_path / "p.json").exists()
+    assert rc == 0 and "0 question(s) checked" in out and not (tmp_path / "p.json").exists()
 
 
 # ----------------------------------------------------------------------------- the practice notebook

@@ -1,13 +1,15 @@
 """``minigrpo interview``: practise the interview questions in a terminal, with spaced review.
 
-    minigrpo interview                    # a session: question, your answer, checklist + model answer, rate 0-3
+    minigrpo interview                    # a session: question, your answer, checklist + model answer,
+                                          # then tick the checklist items your answer covered
     minigrpo interview --topic grpo       # only one topic
     minigrpo interview --list             # every question, in the order you should review them
     minigrpo interview --show grpo-step   # print one question with its checklist and answer
-    minigrpo interview --id grpo-step --answer "..." --rating 2   # one round without prompts
-    minigrpo interview --stats            # how far you are, per topic
+    minigrpo interview --id grpo-step --answer "..." --covered 1,3,4   # one round without prompts
+    minigrpo interview --stats            # how far you are, per topic, and the points you miss most
 
-Ctrl-C stops a session; every rating given so far is already saved.
+The items you miss decide when a question comes back (``schedule.py``); a 0–3 self-rating
+(``--rating``) is still accepted. Ctrl-C stops a session; every attempt recorded so far is saved.
 """
 
 from __future__ import annotations
@@ -59,10 +61,13 @@ def format_question(q: Question) -> str:
     return f"[{q.id}] topic: {q.topic}; asked in {seeds}\n\n{_wrap(q.question)}\n\n  see it in lesson {q.demo.lesson}: {where}"
 
 
+def format_checklist(q: Question) -> str:
+    return "\n".join(textwrap.fill(item, WIDTH, initial_indent=f"  {i:>2}. ", subsequent_indent="      ")
+                     for i, item in enumerate(q.checklist, 1))
+
+
 def format_reveal(q: Question) -> str:
-    checklist = "\n".join(textwrap.fill(item, WIDTH, initial_indent="  - ", subsequent_indent="    ")
-                          for item in q.checklist)
-    return f"A strong answer covers:\n{checklist}\n\nModel answer:\n{_wrap(q.answer)}"
+    return f"A strong answer covers:\n{format_checklist(q)}\n\nModel answer:\n{_wrap(q.answer)}"
 
 
 def _read_answer(stdin: TextIO, stdout: TextIO) -> str | None:
@@ -87,6 +92,40 @@ def parse_rating(text: str | int) -> int:
     return check_rating(text)
 
 
+def parse_covered(text: str, n_items: int) -> list[int]:
+    """The checklist items a learner says they covered, as 0-based indices: ``"1 3 4"``, ``"1,3-5"``,
+    ``"all"`` or ``"none"``. Anything else is a ValueError that says what to type."""
+    words = text.replace(",", " ").split()
+    if len(words) == 1 and words[0].lower() in ("all", "none"):
+        return list(range(n_items)) if words[0].lower() == "all" else []
+    hint = f"type the numbers of the checklist items your answer covered (1 to {n_items}), e.g. 1 3 4 or 2-5, or all, or none"
+    if not words:
+        raise ValueError(f"{hint}; got nothing")
+    covered: set[int] = set()
+    for w in words:
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", w)
+        if not m:
+            raise ValueError(f"{hint}; got {text.strip()!r}")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if not 1 <= lo <= hi <= n_items:
+            raise ValueError(f"the checklist has items 1 to {n_items}; got {w!r}")
+        covered.update(range(lo - 1, hi))
+    return sorted(covered)
+
+
+def _read_covered(stdin: TextIO, stdout: TextIO, n_items: int) -> list[int] | None:
+    while True:
+        print(f"Which points did your answer cover? (numbers like 1 3 4, all, none; q to stop): ", end="",
+              file=stdout, flush=True)
+        line = stdin.readline()
+        if not line or line.strip().lower() in ("q", "quit"):
+            return None
+        try:
+            return parse_covered(line, n_items)
+        except ValueError as exc:
+            print(exc, file=stdout)
+
+
 def _read_rating(stdin: TextIO, stdout: TextIO) -> int | None:
     scale = ", ".join(f"{k} {v.split(':')[0]}" for k, v in RATINGS.items())
     while True:
@@ -109,29 +148,57 @@ def _due_text(progress: Progress, q: Question) -> str:
     return "due " + card.due.astimezone().strftime("%Y-%m-%d %H:%M")
 
 
+def _next_review(card) -> str:
+    return f"box {card.box}, next review {card.due.astimezone().strftime('%Y-%m-%d %H:%M')}"
+
+
 def _record(progress: Progress, q: Question, rating: int, stdout: TextIO) -> None:
     card = progress.record(q.id, rating)
     progress.save()
-    print(f"\nrated {rating} ({RATINGS[rating]}): box {card.box}, next review "
-          f"{card.due.astimezone().strftime('%Y-%m-%d %H:%M')}", file=stdout)
+    print(f"\nrated {rating} ({RATINGS[rating]}): {_next_review(card)}", file=stdout)
+
+
+def _record_checklist(progress: Progress, q: Question, covered: list[int], stdout: TextIO) -> None:
+    card = progress.record_checklist(q.id, covered)
+    progress.save()
+    missed = [i for i in range(len(q.checklist)) if i not in covered]
+    print(f"\ncovered {len(covered)}/{len(q.checklist)} points: {_next_review(card)}", file=stdout)
+    if missed:
+        print("missed (come back to these):", file=stdout)
+        for i in missed:
+            print(textwrap.fill(q.checklist[i], WIDTH, initial_indent=f"  {i + 1:>2}. ", subsequent_indent="      "),
+                  file=stdout)
+    repeat = [s for s in progress.item_stats(q) if s.missed > 1 and s.item in [q.checklist[i] for i in missed]]
+    for s in repeat:
+        print(f"you miss \"{_short(s.item)}\" in {s.missed} of {s.tries} tries", file=stdout)
+
+
+def _short(item: str, width: int = 70) -> str:
+    return textwrap.shorten(item, width, placeholder=" …")
 
 
 def session(progress: Progress, questions: list[Question], count: int, stdin: TextIO, stdout: TextIO) -> int:
-    """Ask up to ``count`` questions in review order; returns how many were rated."""
-    rated = 0
+    """Ask up to ``count`` questions in review order; after each answer the learner ticks the
+    checklist items they covered. Returns how many attempts were recorded."""
+    done = 0
     for q in progress.review_order(questions)[:count]:
         print("\n" + "=" * WIDTH + "\n" + format_question(q) + "\n", file=stdout)
+        attempts = progress.card(q.id).checked_attempts()
+        if attempts:
+            last = attempts[-1]
+            print(f"  last try: {len(last['covered'])} of {len(last['covered']) + len(last['missed'])} points\n",
+                  file=stdout)
         answer = _read_answer(stdin, stdout)
         if answer is None:
             break
         print("\n" + format_reveal(q) + "\n", file=stdout)
-        rating = _read_rating(stdin, stdout)
-        if rating is None:
+        covered = _read_covered(stdin, stdout, len(q.checklist))
+        if covered is None:
             break
-        _record(progress, q, rating, stdout)
-        rated += 1
-    print(f"\n{rated} question(s) rated; progress saved in {progress.path}", file=stdout)
-    return rated
+        _record_checklist(progress, q, covered, stdout)
+        done += 1
+    print(f"\n{done} question(s) checked; progress saved in {progress.path}", file=stdout)
+    return done
 
 
 def list_questions(progress: Progress, questions: list[Question], stdout: TextIO) -> None:
@@ -142,31 +209,49 @@ def list_questions(progress: Progress, questions: list[Question], stdout: TextIO
               f"{textwrap.shorten(q.question, 60)}", file=stdout)
 
 
-def stats(progress: Progress, stdout: TextIO) -> None:
-    print(f"{'topic':10s} {'tried':>7s} {'due':>5s} {'mean last rating':>17s}", file=stdout)
+def stats(progress: Progress, stdout: TextIO, questions: list[Question] | None = None) -> None:
+    """Per topic: questions tried, due, and the share of checklist points the last checked attempts
+    covered; then the points missed most often."""
+    print(f"{'topic':10s} {'tried':>7s} {'due':>5s} {'points covered (last try)':>27s}", file=stdout)
     for topic in TOPICS:
         qs = by_topic(topic)
         tried = [q for q in qs if progress.card(q.id).due is not None]
-        last = [progress.card(q.id).last_rating for q in tried]
+        last = [progress.card(q.id).checked_attempts()[-1] for q in tried if progress.card(q.id).checked_attempts()]
+        covered = sum(len(h["covered"]) for h in last)
+        total = covered + sum(len(h["missed"]) for h in last)
         due = sum(progress.is_due(q.id) for q in qs)
-        mean = f"{sum(last) / len(last):.1f}" if last else "-"
-        print(f"{topic:10s} {len(tried):>3}/{len(qs):<3} {due:>5} {mean:>17s}", file=stdout)
+        share = f"{covered}/{total} ({covered / total:.0%})" if total else "-"
+        print(f"{topic:10s} {len(tried):>3}/{len(qs):<3} {due:>5} {share:>27s}", file=stdout)
     total_tried = sum(progress.card(q.id).due is not None for q in QUESTIONS)
     print(f"\n{total_tried}/{len(QUESTIONS)} questions tried; they cover {len(SEED_QUESTIONS)} interview "
           f"questions and follow-ups. Progress file: {progress.path}", file=stdout)
+    weakest = progress.weakest_items(questions)
+    if weakest:
+        print("\nThe points you miss most often:", file=stdout)
+        for s in weakest:
+            print(f"  you miss \"{_short(s.item)}\" in {s.missed} of {s.tries} tries  [{s.question.id}]", file=stdout)
+
+
+DESCRIPTION = ("Practise the interview questions in the terminal: answer, compare with the checklist and the "
+               "model answer, tick the points you covered; the points you miss decide when a question comes back.")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = DESCRIPTION
     parser.add_argument("--topic", help=f"only this topic ({', '.join(TOPICS)})")
     parser.add_argument("--list", action="store_true", help="list the questions in the order to review them")
     parser.add_argument("--show", metavar="ID", help="print one question with its checklist and model answer")
-    parser.add_argument("--id", help="the question for --answer/--rating (default: the next one due)")
-    parser.add_argument("--answer", metavar="TEXT", help="your answer, for a round without prompts (needs --rating)")
-    parser.add_argument("--rating", metavar="N", help="rate your answer 0-3 and record it (no prompts)")
-    parser.add_argument("--stats", action="store_true", help="progress per topic")
+    parser.add_argument("--id", help="the question for --answer/--covered/--rating (default: the next one due)")
+    parser.add_argument("--answer", metavar="TEXT",
+                        help="your answer, for a round without prompts (needs --covered or --rating)")
+    parser.add_argument("--covered", metavar="ITEMS",
+                        help="the checklist points your answer covered, e.g. 1,3,4 or 2-5, all or none; "
+                             "recorded without prompts")
+    parser.add_argument("--rating", metavar="N", help="record a 0-3 self-rating instead of ticking the checklist")
+    parser.add_argument("--stats", action="store_true", help="progress per topic and the points you miss most")
     parser.add_argument("--count", type=int, default=5, help="questions per interactive session (default 5)")
-    parser.add_argument("--progress-file", help=f"where progress is kept (default: ${PROGRESS_ENV_VAR} or "
-                                                "~/.minigrpo/interview.json)")
+    parser.add_argument("--progress-file", help=f"where progress is kept (default: ${PROGRESS_ENV_VAR}, else "
+                                                "interview.json in $MINIGRPO_HOME, else in ~/.minigrpo)")
 
 
 def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
@@ -178,9 +263,13 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
             q = get(args.show)
             print(format_question(q) + "\n\n" + format_reveal(q), file=stdout)
             return 0
-        if args.answer is not None and args.rating is None:
-            raise ValueError("--answer needs --rating N (0-3): rate your answer after reading the model answer, "
-                             "or leave out --answer for an interactive session")
+        covered_text = getattr(args, "covered", None)
+        if args.answer is not None and args.rating is None and covered_text is None:
+            raise ValueError("--answer needs --rating N (0-3) or --covered ITEMS (the checklist points you covered, "
+                             "e.g. 1,3,4): score your answer after reading the checklist, or leave out --answer "
+                             "for an interactive session")
+        if args.rating is not None and covered_text is not None:
+            raise ValueError("give --covered or --rating, not both")
         rating = None if args.rating is None else parse_rating(args.rating)
         if args.count < 1:
             raise ValueError(f"--count must be at least 1, got {args.count}")
@@ -189,13 +278,17 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
             list_questions(progress, questions, stdout)
         elif args.stats:
             stats(progress, stdout)
-        elif rating is not None:
+        elif rating is not None or covered_text is not None:
             q = get(args.id) if args.id else progress.review_order(questions)[0]
+            covered = None if covered_text is None else parse_covered(covered_text, len(q.checklist))
             print(format_question(q), file=stdout)
             if args.answer:
                 print("\nYour answer:\n" + _wrap(args.answer), file=stdout)
             print("\n" + format_reveal(q), file=stdout)
-            _record(progress, q, rating, stdout)
+            if covered is None:
+                _record(progress, q, rating, stdout)
+            else:
+                _record_checklist(progress, q, covered, stdout)
         else:
             if args.id:
                 questions = [get(args.id)]
@@ -205,7 +298,7 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         print(f"minigrpo interview: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        # Each rating is saved as soon as it is given; saving again covers a Ctrl-C in between.
+        # Each attempt is saved as soon as it is scored; saving again covers a Ctrl-C in between.
         if progress is not None and progress.cards:
             progress.save()
             print(f"\nminigrpo interview: stopped; your progress is saved in {progress.path}", file=sys.stderr)
