@@ -7,6 +7,7 @@
     minigrpo interview --show grpo-step   # print one question with its checklist and answer
     minigrpo interview --id grpo-step --answer "..." --covered 1,3,4   # one round without prompts
     minigrpo interview --stats            # how far you are, per topic, and the points you miss most
+    minigrpo interview --mock debugging   # a timed mock round of one interview, transcript saved
 
 The items you miss decide when a question comes back (``schedule.py``); a 0–3 self-rating
 (``--rating``) is still accepted. Ctrl-C stops a session; every attempt recorded so far is saved.
@@ -37,7 +38,8 @@ def _wrap(text: str, indent: str = "  ") -> str:
 
     def flush() -> None:
         if para:
-            out.append(textwrap.fill(" ".join(para), WIDTH, initial_indent=indent, subsequent_indent=indent))
+            out.append(textwrap.fill(" ".join(para), WIDTH, initial_indent=indent, subsequent_indent=indent,
+                                     break_on_hyphens=False))
             para.clear()
 
     for line in text.splitlines():
@@ -68,6 +70,17 @@ def format_checklist(q: Question) -> str:
 
 def format_reveal(q: Question) -> str:
     return f"A strong answer covers:\n{format_checklist(q)}\n\nModel answer:\n{_wrap(q.answer)}"
+
+
+def format_followups(q: Question) -> str:
+    """The interviewer's follow-ups, each with what a good reply says ("" if the entry has none)."""
+    if not q.followups:
+        return ""
+    parts = ["Follow-ups an interviewer asks next:"]
+    for i, f in enumerate(q.followups, 1):
+        parts.append(textwrap.fill(f.question, WIDTH, initial_indent=f"  {i}. ", subsequent_indent="     ")
+                     + "\n" + _wrap(f.answer, indent="     "))
+    return "\n\n".join(parts)
 
 
 def _read_answer(stdin: TextIO, stdout: TextIO) -> str | None:
@@ -250,6 +263,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rating", metavar="N", help="record a 0-3 self-rating instead of ticking the checklist")
     parser.add_argument("--stats", action="store_true", help="progress per topic and the points you miss most")
     parser.add_argument("--count", type=int, default=5, help="questions per interactive session (default 5)")
+    parser.add_argument("--mock", nargs="?", const="", metavar="SET",
+                        help="a timed mock interview round for one question set (without SET: list the rounds); "
+                             "a Markdown transcript is saved")
+    parser.add_argument("--transcript", metavar="PATH",
+                        help="where --mock writes its transcript (default: mocks/ in $MINIGRPO_HOME or ~/.minigrpo)")
     parser.add_argument("--progress-file", help=f"where progress is kept (default: ${PROGRESS_ENV_VAR}, else "
                                                 "interview.json in $MINIGRPO_HOME, else in ~/.minigrpo)")
 
@@ -262,6 +280,8 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         if args.show:
             q = get(args.show)
             print(format_question(q) + "\n\n" + format_reveal(q), file=stdout)
+            if q.followups:
+                print("\n" + format_followups(q), file=stdout)
             return 0
         covered_text = getattr(args, "covered", None)
         if args.answer is not None and args.rating is None and covered_text is None:
@@ -274,6 +294,16 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         if args.count < 1:
             raise ValueError(f"--count must be at least 1, got {args.count}")
         progress = Progress(args.progress_file)
+        mock = getattr(args, "mock", None)
+        if mock is not None:
+            from minigrpo.interview.mock import get_mock, list_mocks, run_mock
+
+            if not mock:
+                print("Mock interview rounds (minigrpo interview --mock SET):", file=stdout)
+                list_mocks(stdout)
+                return 0
+            run_mock(get_mock(mock), progress, stdin, stdout, transcript=getattr(args, "transcript", None))
+            return 0
         if args.list:
             list_questions(progress, questions, stdout)
         elif args.stats:
