@@ -13,7 +13,7 @@ A round runs in the interviewer's order:
 
 Every scored answer is recorded in the spaced-review progress like any practice round, and the whole
 round is written as a Markdown transcript to reread (default: ``mocks/`` in the minigrpo home folder).
-The rounds are Markdown files in ``minigrpo/interview/mocks/``, read like the question bank.
+The rounds are Markdown files, ``minigrpo/interview/questions/mock_*.md``, read like the question bank.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from minigrpo.interview.practice import WIDTH, _read_answer, _wrap, format_check
 from minigrpo.interview.schedule import Progress, rating_from_checklist
 from minigrpo.interview.seeds import SeedSet, seed_set
 
-MOCKS_DIR = "mocks"  #: inside the package ``minigrpo.interview``
+#: the rounds are ``mock_*.md`` files next to the topic files (inside the package ``minigrpo.interview``)
+MOCKS_DIR = "questions"
 #: a part scored at least this (0–3, from the checklist) gets the deeper follow-up chain
 STRONG = 2
 #: how many skipped points a weak answer gets probed on
@@ -133,7 +134,7 @@ def parse_mock(text: str, name: str = "<text>") -> Mock:
 
 def _mock_files():
     folder = resources.files("minigrpo.interview").joinpath(MOCKS_DIR)
-    return sorted((f for f in folder.iterdir() if f.name.endswith(".md") and f.name != "README.md"),
+    return sorted((f for f in folder.iterdir() if f.name.startswith("mock_") and f.name.endswith(".md")),
                   key=lambda f: f.name)
 
 
