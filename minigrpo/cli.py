@@ -25,6 +25,9 @@ examples:
 """
 
 FOLDERS = ("notebooks", "solutions", "exercises")
+#: packages of the `course` extra that run/grade/make-exercises need; a library-only install lacks them
+COURSE_MODULES = {"nbformat", "nbclient", "nbval", "pytest", "jupyter_core", "jupyter_client", "ipykernel",
+                  "matplotlib"}
 #: exit status of a command stopped with Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
 
@@ -276,12 +279,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_make_exercises(args: argparse.Namespace) -> int:
     from minigrpo.grading.notebooks import sync_exercises
 
-    changed = sync_exercises(check=args.check)
+    changed, kept = sync_exercises(check=args.check, force=args.force)
     if args.check:
         for p in changed:
             print(f"out of date: exercises/{p.name}")
         return 1 if changed else 0
     print("\n".join(f"wrote exercises/{p.name}" for p in changed) or "exercises/ already up to date")
+    for p in kept:
+        print(f"kept exercises/{p.name}: it holds your answers (--force overwrites it)")
     return 0
 
 
@@ -334,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     make = sub.add_parser("make-exercises", help="regenerate exercises/ from solutions/ (maintainers)")
     make.add_argument("--check", action="store_true", help="only report out-of-date files (exit 1 if any)")
+    make.add_argument("--force", action="store_true",
+                      help="also overwrite exercise notebooks that hold answers (by default they are kept)")
     make.set_defaults(func=cmd_make_exercises)
 
     from minigrpo.interview.practice import add_arguments as interview_arguments  # standard library only
@@ -354,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"\nminigrpo {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except ModuleNotFoundError as exc:
+        if exc.name not in COURSE_MODULES:
+            raise
+        _error(args.command, f"this command needs the course tools ({exc.name} is missing): "
+                             "pip install -e '.[course]' from the repository, or make setup")
+        return 2
 
 
 if __name__ == "__main__":

@@ -247,3 +247,43 @@ def test_run_writes_json_that_nbformat_validates(tmp_path, monkeypatch, capsys):
     text = (tmp_path / "elsewhere.ipynb").read_text()
     nbformat.validate(nbformat.reads(text, as_version=4))
     assert text.startswith('{\n "cells": [') and json.loads(text)["nbformat"] == 4
+
+
+# ----------------------------------------------------------------------------- make-exercises, course extra
+
+def _mini_course(root: Path) -> tuple[Path, Path]:
+    """A course with one solution notebook; returns (solution, exercise) paths."""
+    (root / "solutions").mkdir()
+    (root / "exercises").mkdir()
+    solution = _notebook(root / "solutions" / "01_demo.ipynb",
+                         "# EXERCISE 01.1\ndef f(x):\n    ### BEGIN SOLUTION\n    return 2 * x\n    ### END SOLUTION")
+    return solution, root / "exercises" / "01_demo.ipynb"
+
+
+def test_make_exercises_keeps_a_learners_answers_unless_forced(tmp_path):
+    from minigrpo.grading.notebooks import sync_exercises
+
+    solution, exercise = _mini_course(tmp_path)
+    changed, kept = sync_exercises(tmp_path)
+    assert changed == [exercise] and kept == [] and "raise NotImplementedError" in exercise.read_text()
+    # the learner answers; then the maintainer's solution changes
+    nb = nbformat.read(str(exercise), as_version=4)
+    nb.cells[0].source = "# EXERCISE 01.1\ndef f(x):\n    return x + x"
+    nbformat.write(nb, str(exercise))
+    nb = nbformat.read(str(solution), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell("print(f(2))"))
+    nbformat.write(nb, str(solution))
+    assert sync_exercises(tmp_path, check=True) == ([exercise], [])
+    assert sync_exercises(tmp_path) == ([], [exercise])
+    assert "return x + x" in exercise.read_text()  # kept
+    assert sync_exercises(tmp_path, force=True) == ([exercise], [])
+    assert "return x + x" not in exercise.read_text()
+
+
+def test_a_library_only_install_gets_one_line_for_course_commands(monkeypatch, capsys):
+    """Without the `course` extra (no nbformat), run/grade/make-exercises say what to install."""
+    monkeypatch.setitem(sys.modules, "nbformat", None)  # `import nbformat` now raises ModuleNotFoundError
+    monkeypatch.delitem(sys.modules, "minigrpo.grading.notebooks", raising=False)  # imported again, anew
+    assert main(["make-exercises", "--check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "nbformat" in err and "pip install -e '.[course]'" in err

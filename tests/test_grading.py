@@ -180,7 +180,7 @@ def test_unbalanced_markers_are_an_error():
 
 
 def test_exercises_are_in_sync_with_solutions():
-    stale = sync_exercises(ROOT, check=True)
+    stale, _ = sync_exercises(ROOT, check=True)
     assert not stale, f"regenerate with `minigrpo make-exercises`: {[p.name for p in stale]}"
     assert sorted(p.name for p in (ROOT / "exercises").glob("*.ipynb")) == \
         sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))

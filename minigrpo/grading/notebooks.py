@@ -125,16 +125,35 @@ def exercise_text(solution_path: Path) -> str:
     return nbformat.writes(make_exercise_notebook(nb)) + "\n"
 
 
-def sync_exercises(root: Path | None = None, check: bool = False) -> list[Path]:
-    """Regenerate ``exercises/`` from ``solutions/``; return the files that were (or, with
-    ``check``, would be) changed."""
+def has_learner_work(path: Path) -> bool:
+    """True when an exercise notebook holds answers: an exercise cell without the stub's
+    ``raise NotImplementedError`` (the learner replaced it), or any saved output."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if cell.get("outputs") or (is_exercise_cell(cell) and "raise NotImplementedError" not in cell.source):
+            return True
+    return False
+
+
+def sync_exercises(root: Path | None = None, check: bool = False, force: bool = False) -> tuple[list[Path], list[Path]]:
+    """Regenerate ``exercises/`` from ``solutions/``.
+
+    Returns ``(changed, kept)``: the files that were (or, with ``check``, would be) rewritten, and
+    those left alone because they hold a learner's answers (``force`` overwrites them too).
+    """
     root = root or repo_root()
-    changed = []
+    changed, kept = [], []
     for sol in sorted((root / "solutions").glob("*.ipynb")):
         target = root / "exercises" / sol.name
         text = exercise_text(sol)
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            changed.append(target)
-            if not check:
-                target.write_text(text, encoding="utf-8")
-    return changed
+        if target.exists() and target.read_text(encoding="utf-8") == text:
+            continue
+        if target.exists() and not (check or force) and has_learner_work(target):
+            kept.append(target)
+            continue
+        changed.append(target)
+        if not check:
+            target.write_text(text, encoding="utf-8")
+    return changed, kept
