@@ -86,7 +86,12 @@ def test_per_episode_gradients_average_to_the_batch_gradient(policy):
 
 
 def test_reward_to_go_and_a_baseline_reduce_gradient_variance():
-    """The lesson's claim, on a fixed policy and seed: Var(whole return) > Var(reward-to-go) > Var(rtg - b)."""
+    """The lesson's claim, on a fixed random policy: Var(whole return) > Var(reward-to-go) > Var(rtg − b).
+
+    Measured by benchmarks/margins_control.py (seeds 0–4 × torch threads 1, 2, here seed 0):
+    Var(episode)/Var(rtg) 3.93–5.28 (excess over 1: min 2.93), Var(rtg)/Var(rtg − b) 1.51–2.14
+    (min excess 0.51). Asserted: ratios ≥ 2.4 and ≥ 1.25 (excesses 1.4 and 0.25, under half the minima).
+    """
     torch.manual_seed(0)
     policy = CategoricalMLPPolicy(4, 2, (32, 32))
     envs = make_envs("CartPole-v1", 16, seed=0)
@@ -109,7 +114,8 @@ def test_reward_to_go_and_a_baseline_reduce_gradient_variance():
     v_ep = variance(returns="episode")
     v_rtg = variance(returns="reward_to_go")
     v_base = variance(returns="reward_to_go", baseline=lambda e: table[: len(e)])
-    assert v_ep > v_rtg > v_base
+    assert v_ep / v_rtg >= 2.4, (v_ep, v_rtg)
+    assert v_rtg / v_base >= 1.25, (v_rtg, v_base)
 
 
 def test_evaluate_returns_one_value_per_episode(policy):
@@ -132,13 +138,24 @@ def test_training_is_reproducible():
 
 
 def test_reinforce_solves_cartpole():
-    """Greedy evaluation (10 episodes) reaches a mean return >= 475 on a fixed seed."""
+    """The default config solves CartPole: greedy evaluation (10 episodes) reaches a mean return >= 475.
+
+    Measured (benchmarks/margins_control.py, seeds 0–4 × torch threads 1, 2): solved at the
+    evaluation after iteration 20 (seeds 0–3) or 30 (seed 4), 29k–96k env steps, of a 150-iteration
+    budget: at least 5x room. The trainer runs in ``torch_threads(1)``, so the outer thread count
+    does not change its trajectory (identical histories).
+    """
     result = train_reinforce(ReinforceConfig(seed=0), progress=False)
     assert result.solved_at_step is not None, f"evaluations: {result.history['eval_return']}"
     assert result.history["eval_return"][-1] >= 475
 
 
 def test_reinforce_without_baseline_learns():
+    """Mean training return of the last 5 of 30 iterations minus that of the first 5.
+
+    Measured (benchmarks/margins_control.py, seeds 0–4 × torch threads 1, 2): gain 290–474
+    (first 5: 23–28, last 5: 317–500). Asserted: gain >= 140 (under half the smallest gain).
+    """
     result = train_reinforce(ReinforceConfig(seed=0, baseline="none", iterations=30, eval_every=0), progress=False)
     first, last = np.mean(result.history["train_return"][:5]), np.mean(result.history["train_return"][-5:])
-    assert last > 2 * first, (first, last)
+    assert last - first >= 140, (first, last)
