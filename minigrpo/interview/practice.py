@@ -8,6 +8,9 @@
     minigrpo interview --id grpo-step --answer "..." --covered 1,3,4   # one round without prompts
     minigrpo interview --stats            # how far you are, per topic, and the points you miss most
     minigrpo interview --mock debugging   # a timed mock round of one interview, transcript saved
+    minigrpo interview --drill gae        # a derivation, checked step by step
+    minigrpo interview --code grpo-loss   # a blank-page coding drill against the clock, hidden tests
+    minigrpo interview --flaws            # spot the flaw in claims from real interview guides
 
 The items you miss decide when a question comes back (``schedule.py``); a 0–3 self-rating
 (``--rating``) is still accepted. Ctrl-C stops a session; every attempt recorded so far is saved.
@@ -268,8 +271,50 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "a Markdown transcript is saved")
     parser.add_argument("--transcript", metavar="PATH",
                         help="where --mock writes its transcript (default: mocks/ in $MINIGRPO_HOME or ~/.minigrpo)")
+    parser.add_argument("--drill", nargs="?", const="", metavar="NAME",
+                        help="a derivation drill, checked step by step (without NAME: list them)")
+    parser.add_argument("--code", nargs="?", const="", metavar="NAME",
+                        help="a blank-page coding drill against the clock: writes the task into an empty file, then "
+                             "runs the hidden tests on Enter (without NAME: list them)")
+    parser.add_argument("--file", metavar="PATH", help="the file of a --code drill (default: drills/ in the minigrpo home)")
+    parser.add_argument("--check", action="store_true", help="with --code: run the hidden tests on the file and exit "
+                                                            "(status 0 when every case passes, 1 otherwise)")
+    parser.add_argument("--solution", action="store_true", help="with --code: print the reference answer")
+    parser.add_argument("--flaws", action="store_true",
+                        help="\"spot the flaw\" cards: wrong or dated claims from the interview question sets")
     parser.add_argument("--progress-file", help=f"where progress is kept (default: ${PROGRESS_ENV_VAR}, else "
                                                 "interview.json in $MINIGRPO_HOME, else in ~/.minigrpo)")
+
+
+def _extra_modes(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int | None:
+    """--drill, --code and --flaws (they keep no spaced-review progress); None when none is asked for."""
+    drill, code = getattr(args, "drill", None), getattr(args, "code", None)
+    if (getattr(args, "check", False) or getattr(args, "solution", False) or getattr(args, "file", None)) and code is None:
+        raise ValueError("--check, --solution and --file go with --code NAME")
+    if drill is not None:
+        from minigrpo.interview.drills import get_drill, list_drills, run_drill
+
+        if not drill:
+            print("Derivation drills (minigrpo interview --drill NAME):", file=stdout)
+            list_drills(stdout)
+        else:
+            run_drill(get_drill(drill), stdin, stdout)
+        return 0
+    if code is not None:
+        from minigrpo.interview import coding
+
+        if not code:
+            print("Coding drills (minigrpo interview --code NAME):", file=stdout)
+            coding.list_code_drills(stdout)
+            return 0
+        return coding.run_code_drill(coding.get_code_drill(code), args.file, stdin, stdout, check_only=args.check,
+                                     solution=args.solution)
+    if getattr(args, "flaws", False):
+        from minigrpo.interview.flaws import run_flaws
+
+        run_flaws(stdin, stdout)
+        return 0
+    return None
 
 
 def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
@@ -293,6 +338,9 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         rating = None if args.rating is None else parse_rating(args.rating)
         if args.count < 1:
             raise ValueError(f"--count must be at least 1, got {args.count}")
+        extra = _extra_modes(args, stdin, stdout)
+        if extra is not None:
+            return extra
         progress = Progress(args.progress_file)
         mock = getattr(args, "mock", None)
         if mock is not None:
