@@ -279,9 +279,10 @@ def test_cards_keep_the_answer_folded_and_escape_the_text():
 
     q = get("diffusion-pseudocode")
     card = card_html(q)
-    assert card.count("<details>") == 3 and "<details open>" not in card
+    assert q.followups and card.count("<details>") == 4 + len(q.followups) and "<details open>" not in card
     assert "<pre>prompts = sample_prompts(B)" in card, "the pseudocode keeps its lines in a <pre> block"
-    assert reveal_html(q, open_=True).count("<details open>") == 3
+    assert reveal_html(q, open_=True).count("<details open>") == 4
+    assert card_html(get("truncated-is")).count("<details>") == 3, "no follow-ups, no follow-up section"
     assert "ρ < 1 − ε" in get("ppo-clip").answer and "ρ &lt; 1 − ε" in card_html(get("ppo-clip"))
     table = coverage_html()
     assert all(f"<td>{seed_label(ref)}</td>" in table for ref in SEED_QUESTIONS)
@@ -294,3 +295,25 @@ def test_the_practice_notebook_shows_every_topic():
     for topic in TOPICS:
         assert f'show_topic("{topic}")' in sources, f"notebook 11 has no section for topic {topic!r}"
     assert "random_question();" in sources
+
+
+def test_the_practice_notebook_reads_without_a_kernel_and_its_outputs_are_current():
+    """Every practice cell's committed output is plain HTML with the answers folded in <details> (no
+    widget-only output), and the deterministic ones equal what the current code renders."""
+    from minigrpo.interview.notebook import card_html, code_drills_html, drill_html, flaws_html, mocks_html
+    from minigrpo.interview.drills import DRILLS
+
+    nb = nbformat.read(ROOT / "notebooks" / "11_interview_practice.ipynb", as_version=4)
+    html_of = {}
+    for c in nb.cells:
+        if c.cell_type == "code" and c.outputs:
+            html = "".join(o.get("data", {}).get("text/html", "") for o in c.outputs)
+            html_of[c.source] = html
+    for src in ("random_question();", "flashcards()", "show_flaws()", "show_drills()", "show_code_drills()",
+                "show_mocks()"):
+        assert "<details>" in html_of[src], f"{src}: no folded HTML answer in the committed output"
+    assert html_of["show_flaws()"] == flaws_html() and html_of["show_code_drills()"] == code_drills_html()
+    assert html_of["show_mocks()"] == mocks_html() and html_of["show_drills()"] == "".join(drill_html(d) for d in DRILLS)
+    for topic in TOPICS:
+        assert html_of[f'show_topic("{topic}")'] == "".join(card_html(q) for q in by_topic(topic)), \
+            f"re-run notebook 11 (minigrpo run 11 --in-place): the {topic} cards changed"

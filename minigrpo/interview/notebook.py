@@ -1,6 +1,8 @@
-"""Interview practice in Jupyter: question cards whose checklist and model answer stay folded until
-you open them (HTML ``<details>``, which also renders in static viewers), a random-question cell, and
-flash cards with buttons (ipywidgets)."""
+"""Interview practice in Jupyter, readable without a live kernel: question cards whose checklist, model
+answer and follow-ups stay folded until you open them (plain HTML ``<details>``, which static viewers
+such as GitHub render too), a random-question cell, the "spot the flaw" cards, the derivation and
+coding drills with their answers folded, the mock rounds, and flash cards with buttons (ipywidgets;
+they fall back to a static card where no kernel runs)."""
 
 from __future__ import annotations
 
@@ -46,8 +48,15 @@ def reveal_html(q: Question, open_: bool = False) -> str:
     items = "".join(f"<li>{html.escape(item)}</li>" for item in q.checklist)
     where = (f"lesson {q.demo.lesson}: <code>{html.escape(q.demo.notebook)}</code>, the cell with "
              f"“{html.escape(q.demo.fragment)}”")
-    return (f"<details{attr}><summary>What a strong answer covers</summary><ul>{items}</ul></details>"
+    followups = ""
+    if q.followups:
+        inner = "".join(f"<details><summary>{html.escape(f.question)}</summary>{_text_html(f.answer)}</details>"
+                        for f in q.followups)
+        followups = (f"<details{attr}><summary>Follow-ups an interviewer asks next</summary>"
+                     f"<div style=\"margin-left:1em\">{inner}</div></details>")
+    return (f"<details{attr}><summary>What a strong answer covers</summary><ol>{items}</ol></details>"
             f"<details{attr}><summary>Model answer</summary>{_text_html(q.answer)}</details>"
+            f"{followups}"
             f"<details{attr}><summary>Where the course shows it</summary><p>{where}</p></details>")
 
 
@@ -73,8 +82,23 @@ def random_question(topic: str | None = None, seed: int | None = None) -> Questi
     return q
 
 
-def flashcards(topic: str | None = None, seed: int | None = None):
-    """Buttons: reveal the checklist, reveal the answer, next random question. Returns the widget box."""
+class WithStaticFallback:
+    """A widget that also carries an HTML rendering: a live Jupyter shows the widget, a static viewer
+    (GitHub, nbviewer without widget state, an HTML export) shows the HTML."""
+
+    def __init__(self, widget, fallback_html: str):
+        self.widget, self.fallback_html = widget, fallback_html
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = self.widget._repr_mimebundle_(**kwargs)
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        data["text/html"] = self.fallback_html
+        return bundle
+
+
+def flashcards(topic: str | None = None, seed: int | None = None) -> WithStaticFallback:
+    """Buttons: reveal the checklist, reveal the answer, next random question. Returns the widget box
+    (``.widget``), displayed with a static card (answers folded) for viewers without a kernel."""
     import ipywidgets as widgets
 
     rng = random.Random(seed)
@@ -96,8 +120,11 @@ def flashcards(topic: str | None = None, seed: int | None = None):
 
     reveal.on_click(lambda _: draw(True))
     nxt.on_click(on_next)
+    first = state["q"]
     draw(False)
-    return widgets.VBox([widgets.HBox([reveal, nxt]), out])
+    box = widgets.VBox([widgets.HBox([reveal, nxt]), out])
+    return WithStaticFallback(box, "<p><i>Flash cards need a running kernel; here is the first card:</i></p>"
+                                   + card_html(first))
 
 
 def coverage_html() -> str:
@@ -116,3 +143,89 @@ def coverage_html() -> str:
 
 def show_coverage() -> None:
     _display_html(coverage_html())
+
+
+# --------------------------------------------------------------------------------------------
+# Spot the flaw, drills and mock rounds, folded the same way
+# --------------------------------------------------------------------------------------------
+
+
+def flaws_html() -> str:
+    """Every "spot the flaw" card: the claim shown, the correction folded."""
+    from minigrpo.interview.flaws import load_flaws
+
+    cards = []
+    for c in load_flaws():
+        cards.append(f'<div style="{_STYLE}"><i>Claimed in {html.escape(c.source)}:</i>'
+                     f"<p><b>{html.escape(c.claim)}</b></p>"
+                     f"<details><summary>What is wrong with it</summary>{_text_html(c.correction)}"
+                     f"<p>More: <code>minigrpo interview --show {html.escape(c.see)}</code></p></details></div>")
+    return "".join(cards)
+
+
+def show_flaws() -> None:
+    _display_html(flaws_html())
+
+
+def drill_html(name: str) -> str:
+    """A derivation drill: the set-up, then each step with its answer and the worked step folded."""
+    from minigrpo.interview.drills import get_drill, key_text
+
+    d = get_drill(name)
+    steps = []
+    for i, step in enumerate(d.steps, 1):
+        choices = "".join(f"<li>({chr(97 + j)}) {html.escape(c)}</li>" for j, c in enumerate(step.choices))
+        choices = f"<ul style=\"list-style:none\">{choices}</ul>" if choices else ""
+        steps.append(f"<li>{html.escape(step.prompt)}{choices}<details><summary>Answer</summary>"
+                     f"<p><b>{html.escape(key_text(step))}</b>: {html.escape(step.explain)}</p></details></li>")
+    return (f'<div style="{_STYLE}"><b>{html.escape(d.title)}</b> <code>minigrpo interview --drill {d.id}</code>'
+            f"<p>{html.escape(d.setup)}</p><ol>{''.join(steps)}</ol></div>")
+
+
+def show_drills() -> None:
+    from minigrpo.interview.drills import DRILLS
+
+    _display_html("".join(drill_html(name) for name in DRILLS))
+
+
+def code_drills_html() -> str:
+    """Each coding drill: the task, and the reference answer folded."""
+    from minigrpo.interview.coding import load_code_drills, task_lines
+
+    out = []
+    for d in load_code_drills().values():
+        out.append(f'<div style="{_STYLE}"><b>{html.escape(d.title)}</b> ({d.minutes:g} minutes) '
+                   f"<code>minigrpo interview --code {d.id}</code>"
+                   f"<pre>{html.escape(chr(10).join(task_lines(d, 100)))}</pre>"
+                   f"<details><summary>Reference answer</summary><pre>{html.escape(d.reference)}</pre></details></div>")
+    return "".join(out)
+
+
+def show_code_drills() -> None:
+    _display_html(code_drills_html())
+
+
+def mocks_html() -> str:
+    """Each mock round in the interviewer's order: the brief, the clarifying questions (replies folded),
+    the parts with their timers, and the follow-up questions."""
+    from minigrpo.interview.mock import load_mocks
+
+    out = []
+    for m in load_mocks().values():
+        clarify = "".join(f"<li>{html.escape(c.ask)}<details><summary>The interviewer's reply</summary>"
+                          f"<p>{html.escape(c.reply)}</p></details></li>" for c in m.clarify)
+        parts = "".join(f"<li>({p.minutes:g} min) {html.escape(p.prompt)} <code>{html.escape(p.question.id)}</code></li>"
+                        for p in m.parts)
+        follow = ""
+        if m.followups:
+            items = "".join(f"<li>{html.escape(q.question)} <code>{html.escape(q.id)}</code></li>" for q in m.followups)
+            follow = f"<p>Then follow-up questions, {m.followup_minutes:g} minutes each:</p><ol>{items}</ol>"
+        out.append(f'<div style="{_STYLE}"><b>{html.escape(m.title)}</b> (about {round(m.minutes)} minutes) '
+                   f"<code>minigrpo interview --mock {m.slug}</code>{_text_html(m.brief)}"
+                   f"<p>Clarifying questions a strong candidate asks ({m.clarify_minutes:g} min):</p><ol>{clarify}</ol>"
+                   f"<p>The parts:</p><ol>{parts}</ol>{follow}</div>")
+    return "".join(out)
+
+
+def show_mocks() -> None:
+    _display_html(mocks_html())
