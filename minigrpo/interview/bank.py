@@ -161,7 +161,8 @@ def _fields(lines: list[str]) -> dict[str, str]:
         if m:
             fields[m.group(1)] = m.group(2).strip()
         elif line.strip():
-            raise ValueError(f"expected '- **seeds:** …' or '- **demo:** …' before '### Question', got {line.strip()[:60]!r}")
+            raise ValueError(f"expected '- **seeds:** …' or '- **demo:** …' before '### Question', "
+                             f"got {line.strip()[:60]!r}")
     return fields
 
 

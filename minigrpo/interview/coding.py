@@ -127,7 +127,8 @@ def blank_page(drill: CodeDrill, started: datetime) -> str:
     """The file the learner starts from: the task as comments, and no code."""
     task = "\n".join("#   " + line if line else "#" for line in task_lines(drill))
     return (f"# Coding drill: {drill.title} (minigrpo interview --code {drill.id})\n"
-            f"# Write {drill.function}() below, from a blank page, in {drill.minutes:g} minutes. Run the hidden tests:\n"
+            f"# Write {drill.function}() below, from a blank page, in {drill.minutes:g} minutes. "
+            f"Run the hidden tests:\n"
             f"#     minigrpo interview --code {drill.id} --check --file <this file>\n"
             f"# started: {started.isoformat(timespec='seconds')}\n#\n{task}\n\n")
 
@@ -239,26 +240,30 @@ def _own_items() -> dict:
         exercise="interview", number=1, function="gqa_decode", title="one decoding step of grouped-query attention",
         reference=decode_attention,
         cases=[
-            Case("MHA: as many KV heads as query heads", "q [2, 4, 8], k_cache/v_cache [2, 4, 5, 8] (random float64, seed 0)",
+            Case("MHA: as many KV heads as query heads",
+                 "q [2, 4, 8], k_cache/v_cache [2, 4, 5, 8] (random float64, seed 0)",
                  decode_case(0, 2, 4, 4, 5, 8, 8)),
             Case("GQA: 8 query heads share 2 KV heads", "q [2, 8, 8], k_cache/v_cache [2, 2, 6, 8] (seed 10)",
                  decode_case(10, 2, 8, 2, 6, 8, 8)),
             Case("MQA: one KV head for all", "q [1, 6, 4], k_cache/v_cache [1, 1, 7, 4] (seed 20)",
                  decode_case(20, 1, 6, 1, 7, 4, 4)),
-            Case("values of another width (d_v ≠ d)", "q [2, 4, 8], k_cache [2, 2, 5, 8], v_cache [2, 2, 5, 3] (seed 30)",
+            Case("values of another width (d_v ≠ d)",
+                 "q [2, 4, 8], k_cache [2, 2, 5, 8], v_cache [2, 2, 5, 3] (seed 30)",
                  decode_case(30, 2, 4, 2, 5, 8, 3)),
             Case("one cached position: the output is its value", "q [1, 4, 4], k_cache/v_cache [1, 2, 1, 4] (seed 40)",
                  decode_case(40, 1, 4, 2, 1, 4, 4)),
             Case("KV heads that do not divide the query heads are refused", "q [1, 6, 4], k_cache/v_cache [1, 4, 3, 4]",
                  decode_case(50, 1, 6, 4, 3, 4, 4),
                  hint="raise ValueError unless Hkv divides Hq (and batch and head dimension agree)."),
-            Case("a long cache, 32 query heads and 8 KV heads", "q [2, 32, 16], k_cache/v_cache [2, 8, 64, 16] (seed 60)",
+            Case("a long cache, 32 query heads and 8 KV heads",
+                 "q [2, 32, 16], k_cache/v_cache [2, 8, 64, 16] (seed 60)",
                  decode_case(60, 2, 32, 8, 64, 16, 16), quick=False, rtol=1e-9, atol=1e-12),
         ],
         wrong_answers=[
             WrongAnswer("heads tiled", gqa_tiled,
                         "query head h belongs to KV head h // (Hq/Hkv): heads 0 … Hq/Hkv − 1 share KV head 0. "
-                        "`repeat` tiles the KV heads (h % Hkv); use repeat_interleave, or reshape q to [B, Hkv, group, d]."),
+                        "`repeat` tiles the KV heads (h % Hkv); use repeat_interleave, or reshape q to "
+                        "[B, Hkv, group, d]."),
             WrongAnswer("no 1/√d", gqa_unscaled, "scale the scores by 1/√d before the softmax."),
             WrongAnswer("first KV head only", gqa_first_head,
                         "every group reads its own KV head; you used KV head 0 for all of them."),
@@ -299,8 +304,10 @@ def _own_items() -> dict:
         cases=[
             Case("one head, three positions", "q, k [1, 1, 3, 2], v [1, 1, 3, 2] (random float64, seed 0)",
                  attn_case(0, 1, 1, 3, 2, 2)),
-            Case("a batch of heads, d_v ≠ d", "q, k [2, 2, 6, 4], v [2, 2, 6, 3] (seed 10)", attn_case(10, 2, 2, 6, 4, 3)),
-            Case("one position: the output is its value", "q, k, v [1, 2, 1, 4] (seed 20)", attn_case(20, 1, 2, 1, 4, 4)),
+            Case("a batch of heads, d_v ≠ d", "q, k [2, 2, 6, 4], v [2, 2, 6, 3] (seed 10)",
+                 attn_case(10, 2, 2, 6, 4, 3)),
+            Case("one position: the output is its value", "q, k, v [1, 2, 1, 4] (seed 20)",
+                 attn_case(20, 1, 2, 1, 4, 4)),
             Case("shapes that do not fit are refused", "q [1, 2, 4, 3], k [1, 2, 5, 3], v [1, 2, 4, 3]", la_bad_shapes,
                  hint="raise ValueError unless q and k have the same shape and v matches them except its last axis."),
             Case("a longer sequence", "q, k [2, 3, 32, 8], v [2, 3, 32, 5] (seed 30)", attn_case(30, 2, 3, 32, 8, 5),

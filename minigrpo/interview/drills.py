@@ -261,7 +261,8 @@ DRILLS: dict[str, Drill] = {d.id: d for d in (
                    "δ_0 = 1 + 0.9·1.0 − 0.5 = 1.4, so Â_0 = 1.4 + 0.72·2.006 = 2.844.",
                    "first δ_0 = r_0 + γV(s_1) − V(s_0), then add γλ·Â_1."),
               Step("With λ = 0, what is Â_0?", lambda: _gae(0.0, 0),
-                   "λ = 0 keeps only the one-step residual: Â_0 = δ_0 = 1.4. Little variance, but any error in V is bias.",
+                   "λ = 0 keeps only the one-step residual: Â_0 = δ_0 = 1.4. Little variance, but any error in V "
+                   "is bias.",
                    "with λ = 0 the sum keeps only its first term."),
               Step("With λ = 1, what is Â_0?", lambda: _gae(1.0, 0),
                    "λ = 1 sums every residual with weight γ^l; they telescope to the discounted return minus V: "
@@ -269,7 +270,8 @@ DRILLS: dict[str, Drill] = {d.id: d for d in (
                    "the residuals telescope: Σ γ^l r_l + γ³V(s_3) − V(s_0)."),
               Step("Which λ has the lower variance and the larger bias from an imperfect critic?", lambda: "a",
                    "λ = 0: one reward and V, so little randomness, but V's errors go straight into the advantage.",
-                   "which estimate leans entirely on V?", choices=("λ = 0", "λ = 1", "neither: λ only changes the scale")),
+                   "which estimate leans entirely on V?",
+                   choices=("λ = 0", "λ = 1", "neither: λ only changes the scale")),
           ), bank="gae"),
     Drill("trpo-step", "TRPO: the step size √(2δ / xᵀFx)",
           "Two parameters. The policy gradient is g = [1, 1], the Fisher matrix F = [[2, 0.5], [0.5, 1]], and the "

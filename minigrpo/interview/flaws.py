@@ -72,7 +72,8 @@ def run_flaws(stdin: TextIO, stdout: TextIO, count: int | None = None, seed: int
         print(text, file=stdout, flush=True)
 
     for i, card in enumerate(cards, 1):
-        say("=" * WIDTH + f"\nSpot the flaw {i} of {len(cards)} (claimed in {card.source})\n\n" + _wrap(card.claim) + "\n")
+        say("=" * WIDTH + f"\nSpot the flaw {i} of {len(cards)} (claimed in {card.source})\n\n"
+            + _wrap(card.claim) + "\n")
         say("What is wrong with it?")
         answer = _read_answer(stdin, stdout)
         if answer is None:

@@ -121,7 +121,8 @@ def parse_mock(text: str, name: str = "<text>") -> Mock:
                 raise ValueError(f"unknown {where}; expected 'Brief', 'Clarifying questions (N min)', "
                                  "'Part K: question-id (N min)' or 'Follow-up questions (N min each)'")
         if not brief or not clarify or not parts:
-            raise ValueError("a round needs a '## Brief', a '## Clarifying questions (N min)' list and at least one part")
+            raise ValueError("a round needs a '## Brief', a '## Clarifying questions (N min)' list and at least "
+                             "one part")
         if [p.number for p in parts] != list(range(1, len(parts) + 1)):
             raise ValueError(f"parts must be numbered 1, 2, 3 … in order, got {[p.number for p in parts]}")
         if clarify_question is not None and len(clarify_question.checklist) != len(clarify):
@@ -129,7 +130,8 @@ def parse_mock(text: str, name: str = "<text>") -> Mock:
                              f"items of {clarify_question.id!r} one to one, got {len(clarify)}")
     except (ValueError, KeyError) as exc:
         raise BankFormatError(f"{name}: {exc}") from None
-    return Mock(seed, title, brief, clarify_minutes, clarify, clarify_question, tuple(parts), followup_minutes, followups)
+    return Mock(seed, title, brief, clarify_minutes, clarify, clarify_question, tuple(parts), followup_minutes,
+                followups)
 
 
 def _mock_files():
@@ -368,7 +370,8 @@ class MockRound:
         if weak:
             verdict.append("Revisit: " + "; ".join(weak) + ".")
         self.transcript.add("## Summary", *(["\n".join(rows)] if self.scores else []), " ".join(verdict))
-        self.say("\n" + "=" * WIDTH + f"\nRound over: {share}, {clock_text(spent)} spent, {len(over)} section(s) over time.")
+        self.say("\n" + "=" * WIDTH
+                 + f"\nRound over: {share}, {clock_text(spent)} spent, {len(over)} section(s) over time.")
         if weak:
             self.say("Revisit: " + "; ".join(weak))
 

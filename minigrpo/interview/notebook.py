@@ -134,10 +134,10 @@ def coverage_html() -> str:
         ids = ", ".join(q.id for q in for_seed(ref))
         rows.append(f"<tr><td>{html.escape(seed_label(ref))}</td><td>{html.escape(text)}</td>"
                     f"<td><code>{html.escape(ids)}</code></td></tr>")
-    sets = "".join(f"<li><b>{html.escape(s.name)}</b> (<code>--mock {s.slug}</code>): {html.escape(s.source.split(': ', 1)[1])}</li>"
-                   for s in SEED_SETS.values())
-    return (f"<p>{len(SEED_QUESTIONS)} interview questions and follow-ups from {len(SEED_SETS)} interviews, answered by "
-            f"{len(QUESTIONS)} bank entries.</p><ul>{sets}</ul>"
+    sets = "".join(f"<li><b>{html.escape(s.name)}</b> (<code>--mock {s.slug}</code>): "
+                   f"{html.escape(s.source.split(': ', 1)[1])}</li>" for s in SEED_SETS.values())
+    return (f"<p>{len(SEED_QUESTIONS)} interview questions and follow-ups from {len(SEED_SETS)} interviews, "
+            f"answered by {len(QUESTIONS)} bank entries.</p><ul>{sets}</ul>"
             "<table><tr><th>asked in</th><th>asks</th><th>bank entries</th></tr>" + "".join(rows) + "</table>")
 
 
@@ -214,8 +214,8 @@ def mocks_html() -> str:
     for m in load_mocks().values():
         clarify = "".join(f"<li>{html.escape(c.ask)}<details><summary>The interviewer's reply</summary>"
                           f"<p>{html.escape(c.reply)}</p></details></li>" for c in m.clarify)
-        parts = "".join(f"<li>({p.minutes:g} min) {html.escape(p.prompt)} <code>{html.escape(p.question.id)}</code></li>"
-                        for p in m.parts)
+        parts = "".join(f"<li>({p.minutes:g} min) {html.escape(p.prompt)} "
+                        f"<code>{html.escape(p.question.id)}</code></li>" for p in m.parts)
         follow = ""
         if m.followups:
             items = "".join(f"<li>{html.escape(q.question)} <code>{html.escape(q.id)}</code></li>" for q in m.followups)

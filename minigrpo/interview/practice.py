@@ -63,7 +63,8 @@ def _wrap(text: str, indent: str = "  ") -> str:
 def format_question(q: Question) -> str:
     where = f'{q.demo.notebook}, the cell with "{q.demo.fragment}"'
     seeds = "; ".join(q.seed_labels)
-    return f"[{q.id}] topic: {q.topic}; asked in {seeds}\n\n{_wrap(q.question)}\n\n  see it in lesson {q.demo.lesson}: {where}"
+    return (f"[{q.id}] topic: {q.topic}; asked in {seeds}\n\n{_wrap(q.question)}\n\n"
+            f"  see it in lesson {q.demo.lesson}: {where}")
 
 
 def format_checklist(q: Question) -> str:
@@ -114,7 +115,8 @@ def parse_covered(text: str, n_items: int) -> list[int]:
     words = text.replace(",", " ").split()
     if len(words) == 1 and words[0].lower() in ("all", "none"):
         return list(range(n_items)) if words[0].lower() == "all" else []
-    hint = f"type the numbers of the checklist items your answer covered (1 to {n_items}), e.g. 1 3 4 or 2-5, or all, or none"
+    hint = (f"type the numbers of the checklist items your answer covered (1 to {n_items}), e.g. 1 3 4 or 2-5, "
+            "or all, or none")
     if not words:
         raise ValueError(f"{hint}; got nothing")
     covered: set[int] = set()
@@ -276,7 +278,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--code", nargs="?", const="", metavar="NAME",
                         help="a blank-page coding drill against the clock: writes the task into an empty file, then "
                              "runs the hidden tests on Enter (without NAME: list them)")
-    parser.add_argument("--file", metavar="PATH", help="the file of a --code drill (default: drills/ in the minigrpo home)")
+    parser.add_argument("--file", metavar="PATH",
+                        help="the file of a --code drill (default: drills/ in the minigrpo home)")
     parser.add_argument("--check", action="store_true", help="with --code: run the hidden tests on the file and exit "
                                                             "(status 0 when every case passes, 1 otherwise)")
     parser.add_argument("--solution", action="store_true", help="with --code: print the reference answer")
@@ -289,7 +292,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _extra_modes(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int | None:
     """--drill, --code and --flaws (they keep no spaced-review progress); None when none is asked for."""
     drill, code = getattr(args, "drill", None), getattr(args, "code", None)
-    if (getattr(args, "check", False) or getattr(args, "solution", False) or getattr(args, "file", None)) and code is None:
+    code_only = getattr(args, "check", False) or getattr(args, "solution", False) or getattr(args, "file", None)
+    if code_only and code is None:
         raise ValueError("--check, --solution and --file go with --code NAME")
     if drill is not None:
         from minigrpo.interview.drills import get_drill, list_drills, run_drill

@@ -26,13 +26,15 @@ SEED_SETS: dict[str, SeedSet] = {s.code: s for s in (
             "000_91d4d26d4a40d38a.txt: a technical-screen design question on GRPO-style fine-tuning of a "
             "text-to-image diffusion model"),
     SeedSet("001", "debugging", "Debugging a GRPO loop",
-            "001_71ca7ed5b4de874a.txt: a technical screen on debugging a GRPO training step and why the ratio is not 1"),
+            "001_71ca7ed5b4de874a.txt: a technical screen on debugging a GRPO training step and why the ratio "
+            "is not 1"),
     SeedSet("002", "ppo-vs-grpo", "PPO vs GRPO",
             "002_723c3314c0c50e02.txt: an interview guide on the core differences between PPO and GRPO"),
     SeedSet("003", "grpo-in-depth", "GRPO in depth",
             "003_4e41d8661624d54e.txt: a GRPO overview with sixteen common interview questions"),
     SeedSet("004", "pg-attention", "Policy gradients + efficient attention",
-            "004_d65a0963c7a287a2.txt: a conceptual technical screen on policy-gradient methods and efficient attention"),
+            "004_d65a0963c7a287a2.txt: a conceptual technical screen on policy-gradient methods and efficient "
+            "attention"),
 )}
 
 #: kept for compatibility: "000" -> "file (what it is)"
@@ -41,7 +43,8 @@ SEED_FILES: dict[str, str] = {code: s.source.replace(": ", " (", 1) + ")" for co
 # Every question and follow-up of the sets, paraphrased in one line, so the bank can be checked
 # without the seed files.
 SEED_QUESTIONS: dict[str, str] = {
-    "000.main": "set up and implement GRPO fine-tuning of a text-to-image diffusion model; how it differs from REINFORCE",
+    "000.main": "set up and implement GRPO fine-tuning of a text-to-image diffusion model; how it differs from "
+                "REINFORCE",
     "000.a": "diffusion RL: what are the states, actions and rewards",
     "000.b": "diffusion RL: how to sample trajectories and compute the GRPO advantages",
     "000.c": "diffusion RL: which loss, and how it relates to the policy gradient",
