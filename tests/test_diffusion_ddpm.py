@@ -1,6 +1,7 @@
 """Lesson 08's package: digits data, the diffusers UNet/scheduler factory, q_sample, the DDPM loss, sampling."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -72,21 +73,38 @@ def test_q_sample_equals_diffusers_add_noise_and_hand_values(sched):
     assert abar[-1] < 1e-5 and abar[0] > 0.999  # the cosine schedule ends in (almost) pure noise
 
 
-def test_closed_form_matches_iterated_noising_in_float64(sched):
-    """x_t = sqrt(1-beta_t) x_{t-1} + sqrt(beta_t) z_t, iterated, has the closed form's mean and variance."""
-    betas = sched.betas.double()
-    abar = sched.alphas_cumprod.double()
-    g = torch.Generator().manual_seed(1)
+def iterated_noising_z_scores(sched, seed: int, n: int = 40_000):
+    """Iterate x_t = sqrt(1-beta_t) x_{t-1} + sqrt(beta_t) z_t for n chains from three x0 (float64, ``seed``);
+    at t = 0, 5, 30, 70 the deviations of the sample mean and variance from the closed form, in standard
+    errors (sqrt(var/n) and var·sqrt(2/n)): ``{t: (mean z-scores [3], variance z-scores [3])}``."""
+    betas, abar = sched.betas.double(), sched.alphas_cumprod.double()
+    g = torch.Generator().manual_seed(seed)
     x0 = torch.tensor([-1.0, 0.3, 1.0], dtype=torch.float64)
-    n = 40_000
     x = x0.expand(n, 3).clone()
+    out = {}
     for t in range(71):
         x = (1 - betas[t]).sqrt() * x + betas[t].sqrt() * torch.randn(n, 3, generator=g, dtype=torch.float64)
-        if t not in (0, 5, 30, 70):
-            continue
-        mean, var = abar[t].sqrt() * x0, 1 - abar[t]
-        assert (x.mean(0) - mean).abs().max() < 5 * (var / n).sqrt()
-        torch.testing.assert_close(x.var(0), var.expand(3), atol=5 * var * (2 / n) ** 0.5, rtol=0)
+        if t in (0, 5, 30, 70):
+            mean, var = abar[t].sqrt() * x0, 1 - abar[t]
+            out[t] = ((x.mean(0) - mean) / (var / n).sqrt(), (x.var(0) - var) / (var * (2 / n) ** 0.5))
+    return out
+
+
+#: Bound on the sample mean's and variance's deviation from the closed form, in standard errors.
+NOISING_Z_BOUND = 7.0
+
+
+def test_closed_form_matches_iterated_noising_in_float64(sched):
+    """x_t = sqrt(1-beta_t) x_{t-1} + sqrt(beta_t) z_t, iterated, has the closed form's mean and variance.
+
+    Measured (benchmarks/margins_models.py, generator seeds 0–9 × torch threads 1, 2, the same on both): the
+    largest |z| of the 24 checks per seed 1.5–3.4 standard errors (max 3.41, seed 7); asserted < 7 (a 10%
+    error in a variance is 14 standard errors).
+    """
+    for t, (z_mean, z_var) in iterated_noising_z_scores(sched, 1).items():
+        assert z_mean.abs().max() < NOISING_Z_BOUND and z_var.abs().max() < NOISING_Z_BOUND, (t, z_mean, z_var)
+    betas, abar = sched.betas.double(), sched.alphas_cumprod.double()
+    for t in (0, 5, 30, 70):
         # and exactly: composing the one-step Gaussians gives coefficient sqrt(abar_t), variance 1 - abar_t
         coef = torch.prod((1 - betas[: t + 1]).sqrt())
         var_exact = sum(betas[s] * torch.prod(1 - betas[s + 1: t + 1]) for s in range(t + 1))
@@ -94,15 +112,33 @@ def test_closed_form_matches_iterated_noising_in_float64(sched):
         torch.testing.assert_close(var_exact, 1 - abar[t])
 
 
-def test_loss_is_finite_and_training_lowers_it(digits, sched):
+def ddpm_training_run(digits, sched, seed: int, steps: int = 40):
+    """A tiny UNet's ε-prediction loss on 16 digits before training, and the losses of ``steps`` training steps."""
     x, y = digits
-    unet = tiny_unet()
+    unet = tiny_unet(seed)
     with torch.no_grad():
-        loss = ddpm_loss(unet, x[:16], y[:16], sched, generator=torch.Generator().manual_seed(0))
-    assert torch.isfinite(loss) and loss.item() > 0.5  # an untrained net predicts eps badly
-    losses = train_ddpm(unet, sched, x, y, steps=40, batch_size=16, lr=3e-3, seed=0, progress=False)
-    assert len(losses) == 40 and all(map(lambda v: v == v, losses))
-    assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:10]) / 10
+        loss = ddpm_loss(unet, x[:16], y[:16], sched, generator=torch.Generator().manual_seed(seed)).item()
+    losses = train_ddpm(unet, sched, x, y, steps=steps, batch_size=16, lr=3e-3, seed=seed, progress=False)
+    return loss, losses, unet
+
+
+#: An untrained net's loss must exceed this; training must cut the mean loss of the last 10 steps
+#: below (1 − MIN_LOSS_DROP) times that of the first 10.
+MIN_UNTRAINED_LOSS, MIN_LOSS_DROP = 0.45, 0.3
+
+
+def test_loss_is_finite_and_training_lowers_it(digits, sched):
+    """An untrained net predicts ε badly; 40 training steps cut the loss.
+
+    Measured (benchmarks/margins_models.py, seeds 0–4 × torch threads 1, 2, the same on both: train_ddpm pins one
+    thread): untrained loss 0.99–1.12 (min 0.988), asserted > 0.45; the mean loss of the last 10 steps is
+    65–71% below that of the first 10 (min 0.653), asserted drop > 0.3.
+    """
+    loss, losses, unet = ddpm_training_run(digits, sched, 0)
+    assert math.isfinite(loss) and loss > MIN_UNTRAINED_LOSS
+    assert len(losses) == 40 and all(map(math.isfinite, losses))
+    drop = 1 - (sum(losses[-10:]) / 10) / (sum(losses[:10]) / 10)
+    assert drop > MIN_LOSS_DROP, losses
     assert not unet.training
 
 
