@@ -21,8 +21,8 @@ def tok():
     return build_char_tokenizer()
 
 
-def _step(tok, monkeypatch=None, shift=0.0, **kw):
-    """One GRPO step with lr = 0 on a fresh seeded model; returns (metrics, flat gradient).
+def _step(tok, monkeypatch=None, shift=0.0, model_seed=7, **kw):
+    """One GRPO step with lr = 0 on a fresh model made with ``model_seed``; returns (metrics, flat gradient).
 
     ``shift`` is subtracted from the sampler's recorded log-probs: a synthetic sampler/trainer mismatch
     (the sampler believes its tokens were exp(shift) times less likely than the trainer does)."""
@@ -32,7 +32,7 @@ def _step(tok, monkeypatch=None, shift=0.0, **kw):
             g.sampler_logprobs = (g.sampler_logprobs - shift) * g.completion_mask
             return g
         monkeypatch.setattr(grpo_module, "generate", shifted)
-    model = make_tiny_model(tok, "llama", seed=7, hidden_size=32)
+    model = make_tiny_model(tok, "llama", seed=model_seed, hidden_size=32)
     cfg = GRPOConfig(prompts_per_step=4, num_generations=4, eval_every=0, max_steps=1, learning_rate=0.0,
                      max_grad_norm=1e9, loss_type="dapo", **kw)
     trainer = GRPOTrainer(model, tok, AdditionTask(eval_size=10), cfg)
@@ -42,14 +42,21 @@ def _step(tok, monkeypatch=None, shift=0.0, **kw):
     return metrics, grad
 
 
+#: Float32 rounding bounds of the sampler's and the trainer's code paths at the same weights.
+GAP_MAX, WEIGHT_OFF_ONE_MAX = 1e-5, 1e-4
+
+
 def test_without_a_mismatch_the_correction_changes_nothing(tok):
+    """Measured (benchmarks/margins_models.py, model seeds 0–7, the test's 7 included, × torch threads 1, 2):
+    sampler/trainer gap 6.4e-8–1.6e-7 (asserted < 1e-5), max |w − 1| 4.8e-7 in every run (asserted < 1e-4)."""
     off_metrics, off = _step(tok)
     on_metrics, on = _step(tok, vllm_importance_sampling_correction=True)
     assert off.abs().max() > 0
     torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-8)
     # same weights, same fp32 path: every weight is 1 up to float32 rounding of the two code paths
-    assert abs(on_metrics["is_weight_min"] - 1) < 1e-4 and abs(on_metrics["is_weight_max"] - 1) < 1e-4
-    assert on_metrics["sampler_trainer_gap_mean"] < 1e-5
+    assert abs(on_metrics["is_weight_min"] - 1) < WEIGHT_OFF_ONE_MAX
+    assert abs(on_metrics["is_weight_max"] - 1) < WEIGHT_OFF_ONE_MAX
+    assert on_metrics["sampler_trainer_gap_mean"] < GAP_MAX
     assert "is_weight_mean" not in off_metrics  # off: the dashboard is as before
 
 
