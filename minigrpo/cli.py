@@ -345,10 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from minigrpo.interview.practice import add_arguments as interview_arguments  # standard library only
 
-    interview = sub.add_parser("interview", help="practise interview questions, with spaced review of weak ones",
-                               description="Practise the interview questions in the terminal: answer, "
-                                           "compare with the checklist and model answer, rate yourself "
-                                           "0-3; weak questions come back sooner.")
+    interview = sub.add_parser("interview", help="practise interview questions: spaced review, mock rounds, drills")
     interview_arguments(interview)
     interview.set_defaults(func=cmd_interview)
     return parser
