@@ -246,21 +246,46 @@ def test_nan_reward_is_an_error(tok, model, monkeypatch):
         trainer.step()
 
 
-def test_grpo_raises_the_reward_on_a_fixed_seed():
-    """A short SFT, then 60 GRPO steps: the training reward rises (countdown recipe, smaller)."""
-    import numpy as np
-    from dataclasses import replace
+#: The GRPO test's setup: SFT steps, GRPO steps and GRPO learning rate (see sort_grpo_run).
+SORT_SFT_STEPS, SORT_GRPO_STEPS, SORT_GRPO_LR = 400, 40, 3e-4
+#: Held-out pass@1 after GRPO must exceed pass@1 before by more than this.
+MIN_PASS1_GAIN = 0.14
 
-    from minigrpo.llm.recipes import RECIPES, run_recipe
+
+def sort_grpo_run(seed: int):
+    """SFT a tiny Llama (hidden 64) on sorting 3-5 digits, taught by a teacher who slips (swaps two neighbours)
+    in half its demonstrations, then GRPO it with the verifier's reward. Returns held-out pass@1 (100 problems,
+    8 samples each, the same sampling seed) before and after GRPO, and GRPO's history."""
+    from minigrpo.llm.grpo import train_grpo
+    from minigrpo.llm.sft import SFTConfig, evaluate_task, train_sft
+
+    tok = build_char_tokenizer()
+    task = SortTask(min_len=3, max_len=5, eval_size=100)
+    model = make_tiny_model(tok, "llama", seed=seed, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2)
+    train_sft(model, tok, task, SFTConfig(steps=SORT_SFT_STEPS, batch_size=64, learning_rate=3e-3,
+                                          demo_error_rate=0.5, seed=seed), progress=False)
+    before = evaluate_task(model, tok, task, num_generations=8, seed=seed)["pass@1"]
+    cfg = GRPOConfig(max_steps=SORT_GRPO_STEPS, prompts_per_step=16, num_generations=8,
+                     learning_rate=SORT_GRPO_LR, filter_zero_std_groups=True, eval_every=0, seed=seed)
+    result = train_grpo(model, tok, task, cfg, progress=False)
+    after = evaluate_task(model, tok, task, num_generations=8, seed=seed)["pass@1"]
+    return before, after, result.history
+
+
+def test_grpo_turns_the_teachers_slips_into_pass_at_1():
+    """GRPO removes the slips a noisy teacher taught: held-out pass@1 rises by a margin that holds on any seed.
+
+    The reference knows the skill (seed 1: greedy 0.93) but samples its teacher's slips (pass@1 0.48); the
+    verifier's reward removes them. Measured (benchmarks/margins_models.py, seeds 0–4 × torch threads 1, 2, the same
+    figures on both thread counts): pass@1 0.45–0.54 before, 0.77–0.91 after, gain 0.285–0.419 (min 0.285);
+    asserted > 0.14. About 19 s of CPU on one thread.
+    """
     from minigrpo.utils import torch_threads
 
-    recipe = RECIPES["countdown"]
-    recipe = replace(recipe, sft=replace(recipe.sft, steps=250),
-                     grpo=replace(recipe.grpo, max_steps=60, prompts_per_step=16, learning_rate=1e-3))
-    with torch_threads(1):
-        result = run_recipe(recipe, seed=0, progress=False, evaluate=False)
-    reward = result.grpo.history["reward_mean"]
-    assert np.mean(reward[-10:]) > np.mean(reward[:10]) + 0.05, reward
+    with torch_threads(1):  # the tiny model's fastest; the margin is measured on 1 and 2 threads
+        before, after, history = sort_grpo_run(seed=0)
+    assert len(history["reward_mean"]) == SORT_GRPO_STEPS
+    assert after > before + MIN_PASS1_GAIN, (before, after)
 
 
 def test_token_weights_sum_to_the_batch_normaliser_in_the_loss_dtype():
