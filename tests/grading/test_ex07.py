@@ -21,9 +21,17 @@ from minigrpo.debugging.ratio_study import score
 EXERCISE = "07"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """One torch thread for this module (the tiny model's fastest), restored for the modules after it."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="module")
 def setup():
-    torch.set_num_threads(1)
     return debugging_setup(seed=1)  # another model than the notebook's checks use
 
 
