@@ -14,6 +14,7 @@ import nbformat
 import pytest
 import torch
 
+from minigrpo.debugging.buggy_step import BUGS
 from minigrpo.grading import (
     EXERCISES,
     CheckFailed,
@@ -26,7 +27,7 @@ from minigrpo.grading import (
     run_item,
     time_limit,
 )
-from minigrpo.grading.core import GradingTimeout
+from minigrpo.grading.core import GradingTimeout, _call
 from minigrpo.grading.notebooks import (
     exercise_text,
     find_notebook,
@@ -58,18 +59,84 @@ def test_compare_exceptions_and_dicts():
 
 # ----------------------------------------------------------------------------- items and hints
 
+def _mutate(result):
+    """A slightly wrong version of a result: every number moved (1% and an offset, so zeros move too),
+    every flag flipped, every label changed; a returned function returns mutated results."""
+    if isinstance(result, torch.Tensor):
+        if result.dtype == torch.bool:
+            return ~result
+        return result * 1.01 + 0.01 if result.is_floating_point() else result + 1
+    if isinstance(result, bool):
+        return not result
+    if isinstance(result, (int, float)):
+        return result * 1.01 + 1
+    if isinstance(result, str):
+        return result + "?"
+    if isinstance(result, dict):
+        return {key: _mutate(value) for key, value in result.items()}
+    if isinstance(result, (tuple, list)):
+        return type(result)(_mutate(value) for value in result)
+    if isinstance(result, (set, frozenset)):
+        return type(result)(result | {"mutant"})
+    if callable(result):
+        return _mutated(result)
+    raise TypeError(f"no mutation for a result of type {type(result).__name__}")
+
+
+def _mutated(fn):
+    def mutant(*args, **kwargs):
+        return _mutate(fn(*args, **kwargs))
+
+    return mutant
+
+
+#: Items whose cases measure what the function does (the detections of minigrpo.debugging, run on the
+#: learner's repaired grpo_step), not what it returns: their mutated references are the planted bugs,
+#: the item's typical mistakes, tested below.
+MEASURED_NOT_RETURNED = {"07.1", "07.2", "07.3", "07.4"}
+
+
+@pytest.mark.parametrize("item", [i for i in ALL_ITEMS if i.id not in MEASURED_NOT_RETURNED], ids=lambda i: i.id)
+def test_a_mutated_reference_fails_in_the_notebook_check_and_in_the_grader(item):
+    """The cases really look at the result: the reference with every returned number moved by about 1%
+    fails both the check cell's quick cases and the grader's full set, and it fails every case whose
+    expected result is a value rather than an exception (but for a few that look only at where the
+    gradient flows, or at a NaN, which an affine change keeps)."""
+    mutant = _mutated(item.reference)
+    for quick in (True, False):
+        result = run_item(item, mutant, quick=quick)
+        assert not result.passed, f"{item.id}: a mutated reference passed every {'quick ' if quick else ''}case"
+    kept = {case.case.name for case in run_item(item, mutant).cases if case.passed}
+    expected_raises = {case.name for case in item.cases if isinstance(_call(case, item.reference, 0), Raised)}
+    invariant = {"01.2": {"no gradient flows into the weights"}, "02.3": {"constant returns: undefined, return NaN"},
+                 "04.1": {"no gradient flows into old_logp or the advantages"}}.get(item.id, set())
+    assert kept == expected_raises | invariant, item.id
+
+
+def test_items_carry_typical_mistakes_and_the_grpo_step_items_their_planted_bugs():
+    assert all(item.wrong_answers for item in ALL_ITEMS), [i.id for i in ALL_ITEMS if not i.wrong_answers]
+    for item_id in MEASURED_NOT_RETURNED:
+        assert {w.name for w in get_item(item_id).wrong_answers} <= set(BUGS), item_id
+
+
 @pytest.mark.parametrize("item", ALL_ITEMS, ids=lambda i: i.id)
-def test_reference_passes_every_case(item):
-    assert run_item(item, item.reference).passed
+def test_reference_results_do_not_depend_on_the_order_of_the_cases(item):
+    """Each case builds fresh inputs: run backwards, the reference gives bit-for-bit the same results
+    (a case that leaked state into the next, or drew from the global RNG, would not)."""
+    forward = [_call(case, item.reference, 0) for case in item.cases]
+    backward = [_call(case, item.reference, 0) for case in reversed(item.cases)][::-1]
+    for case, a, b in zip(item.cases, forward, backward, strict=True):
+        assert compare(b, a, rtol=0.0, atol=0.0) is None, f"{item.id} '{case.name}': {compare(b, a, 0.0, 0.0)}"
 
 
 WRONG = [(item, wrong) for item in ALL_ITEMS for wrong in item.wrong_answers]
 
 
+@pytest.mark.parametrize("quick", [True, False], ids=["check-cell", "grader"])
 @pytest.mark.parametrize("item,wrong", WRONG, ids=[f"{i.id}-{w.name}" for i, w in WRONG])
-def test_each_typical_mistake_fails_with_its_own_hint(item, wrong):
-    """Wrong answers fail in the quick (notebook) checks too, and the verdict names the mistake."""
-    result = run_item(item, wrong.fn, quick=True)
+def test_each_typical_mistake_fails_with_its_own_hint(item, wrong, quick):
+    """Wrong answers fail in the quick (notebook) checks and in the grader, and the verdict names the mistake."""
+    result = run_item(item, wrong.fn, quick=quick)
     assert not result.passed
     assert result.first_failure.hint == wrong.hint, result.report()
     assert wrong.hint in result.report()
