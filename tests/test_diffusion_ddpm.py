@@ -40,18 +40,46 @@ def test_digits_shapes_range_and_labels(digits):
     torch.testing.assert_close(torch.nn.functional.avg_pool2d(x, 2)[:, 0].mean(), x8.mean(), atol=1e-2, rtol=0)
 
 
+def _image_keys(images: torch.Tensor) -> list[bytes]:
+    """Each image as its exact bytes: two keys are equal exactly when the images are pixel for pixel equal."""
+    return [img.contiguous().numpy().tobytes() for img in images]
+
+
+def _shared_images(a: torch.Tensor, b: torch.Tensor) -> int:
+    """How many images of ``a`` also appear (pixel for pixel) in ``b``."""
+    seen = set(_image_keys(b))
+    return sum(key in seen for key in _image_keys(a))
+
+
 def test_split_is_fixed_disjoint_and_stratified(digits):
     x, y = digits
     a = train_test_split(x, y, test_fraction=0.2, seed=0)
     b = train_test_split(x, y, test_fraction=0.2, seed=0)
     for u, v in zip(a, b):
         assert torch.equal(u, v)
+    assert not torch.equal(train_test_split(x, y, test_fraction=0.2, seed=1)[2], a[2])  # the seed matters
     xtr, ytr, xte, yte = a
-    assert xtr.shape[0] + xte.shape[0] == 1797
+    # The 1797 digits are distinct images, so "no test image in the training set" is a statement about images.
+    keys = _image_keys(x)
+    assert len(set(keys)) == 1797
+    assert _shared_images(xte, xtr) == 0, "a test image is also in the training set"
+    # the check sees a single leaked image
+    assert _shared_images(xte, torch.cat([xtr, xte[17:18]])) == 1
+    # Together the two parts are the data set, each image once, each with its own label.
+    label_of = dict(zip(keys, y.tolist()))
+    assert sorted(_image_keys(xtr) + _image_keys(xte)) == sorted(keys)
+    assert [label_of[k] for k in _image_keys(xtr)] == ytr.tolist()
+    assert [label_of[k] for k in _image_keys(xte)] == yte.tolist()
+    # Stratified: each class puts round(0.2 · count) of its images in the test set, so its test fraction is
+    # 0.2 within the rounding, 0.5 / count (count 174..183 here: within 0.0029), and each class's share of the
+    # test set is its share of the data set within (0.5 + 0.1 · 0.4) / 359 < 0.6 / 359: its own rounding, plus
+    # the total's (359 test images, not 0.2 · 1797 = 359.4).
     counts, test_counts = torch.bincount(y, minlength=10), torch.bincount(yte, minlength=10)
     assert torch.equal(test_counts, (counts * 0.2).round().long())
-    # no test image appears in the training set
-    assert not (torch.cdist(xte.flatten(1), xtr.flatten(1)).min(dim=1).values == 0).all()
+    assert ((test_counts / counts - 0.2).abs() <= 0.5 / counts).all()
+    n_test = xte.shape[0]
+    assert n_test == 359 and xtr.shape[0] == 1797 - 359
+    assert ((test_counts / n_test - counts / 1797).abs() <= 0.6 / n_test).all()
     with pytest.raises(ValueError, match="test_fraction"):
         train_test_split(x, y, test_fraction=1.0)
     with pytest.raises(ValueError, match="size"):
