@@ -1,10 +1,13 @@
 """Policy-gradient losses. Every one is a *surrogate*: a scalar whose gradient is the estimator.
 
 - ``reinforce_loss``: −mean(log π(a|s) · weight), the vanilla policy-gradient surrogate (lesson 01).
-- ``clipped_surrogate_loss``: PPO's (and GRPO's) pessimistic clipped objective, with statistics.
+- ``clipped_surrogate_loss``: PPO's pessimistic clipped objective, with statistics.
+- ``grpo_loss``: GRPO's objective, shared by the LLM trainer (per token), the diffusion trainer (per
+  denoising step) and lesson 07's teaching step: the clipped surrogate, optionally importance-weighted,
+  plus β·KL to a reference, reduced by ``loss_type`` (TRL's names) and returned with its statistics.
 - ``value_loss``: squared error of V, optionally clipped around the old values.
 - ``kl_estimate``: per-sample estimators k1, k2, k3 of KL(π ‖ π_ref) from samples of π.
-- ``aggregate``: masked reductions (global token mean, per-sequence mean, constant normaliser).
+- ``aggregate``: the masked reductions, the one place that knows them (``loss_weights`` for TRL's).
 - ``token_logprobs``: log-probabilities of the next tokens of a sequence under a language model.
 """
 
@@ -41,20 +44,68 @@ def reinforce_loss(logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
 
 
 AGGREGATIONS = ("mean", "seq_mean", "sum_norm")
+#: GRPO's reductions, with TRL's names (``GRPOConfig.loss_type``).
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+
+
+def loss_weights(mask: torch.Tensor, loss_type: str, num_sequences: int | None = None, num_tokens: int | None = None,
+                 max_completion_length: int | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Per-element weights ``mask / Z`` whose sum against per-token losses is a micro-batch's share of the loss.
+
+    - ``"grpo"``: ``Z = (tokens of the row) × num_sequences``: each row's mean, then the mean over rows.
+    - ``"dapo"``: ``Z = num_tokens``: one mean over every completion token of the batch.
+    - ``"dr_grpo"``: ``Z = num_sequences × max_completion_length``, a constant (no length dependence).
+
+    Pass ``num_sequences`` and ``num_tokens`` counted over the *whole* batch and the micro-batches' losses add up
+    exactly to the full batch's: gradient accumulation changes nothing. Left ``None``, they are this mask's
+    (rows, valid elements, columns). ``"bnpo"`` has no weights of its own: see :func:`aggregate`.
+    """
+    if loss_type not in ("grpo", "dapo", "dr_grpo"):
+        raise ValueError(f"loss_weights: loss_type must be 'grpo', 'dapo' or 'dr_grpo', got {loss_type!r}")
+    if mask.ndim != 2:
+        raise ValueError(f"loss_weights: the mask must be [B, T], got shape {tuple(mask.shape)}")
+    num_sequences = mask.shape[0] if num_sequences is None else num_sequences
+    m = mask.to(dtype)
+    if loss_type == "grpo":
+        return m / m.sum(-1, keepdim=True).clamp(min=1) / num_sequences
+    if loss_type == "dapo":
+        num_tokens = int(mask.sum()) if num_tokens is None else num_tokens
+        return m / max(num_tokens, 1)
+    max_completion_length = mask.shape[1] if max_completion_length is None else max_completion_length
+    return m / (num_sequences * max_completion_length)
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor | None = None, mode: str = "mean",
-              norm: float | None = None) -> torch.Tensor:
+              norm: float | None = None, *, num_sequences: int | None = None, num_tokens: int | None = None,
+              max_completion_length: int | None = None, gradient_accumulation_steps: int = 1) -> torch.Tensor:
     """Reduce per-element values (e.g. per-token losses ``[B, T]``) to a scalar, counting only ``mask``.
+
+    One batch at a time (PPO, the lessons):
 
     - ``"mean"``: Σ mask·x / Σ mask — every valid element weighs the same (PPO; DAPO's token mean).
     - ``"seq_mean"``: the mean over rows of each row's masked mean — every sequence weighs the same
       (DeepSeekMath's GRPO). Needs ``[B, T]`` values.
     - ``"sum_norm"``: Σ mask·x / ``norm`` with a constant ``norm`` (Dr. GRPO), so the weight of a
       token does not depend on how long its sequence or batch happened to be.
+
+    GRPO's ``loss_type`` with TRL's names, for a micro-batch of a batch split for gradient accumulation:
+
+    - ``"grpo"``, ``"dapo"``, ``"dr_grpo"``: Σ x · :func:`loss_weights` — the same three reductions, with
+      normalisers (``num_sequences``, ``num_tokens``, ``max_completion_length``) counted over the whole batch,
+      so the micro-batches' losses sum to the full batch's.
+    - ``"bnpo"``: the local ``"mean"`` (Σ mask·x / Σ mask over *this* micro-batch's tokens) divided by
+      ``gradient_accumulation_steps``, as TRL does: exact only when every micro-batch has as many tokens.
     """
+    if mode in ("grpo", "dapo", "dr_grpo"):
+        if mask is None:
+            mask = torch.ones_like(values, dtype=torch.bool)
+        check_same_shape(values, mask, "values", "mask")
+        return (values * loss_weights(mask, mode, num_sequences, num_tokens, max_completion_length,
+                                      values.dtype)).sum()
+    if mode == "bnpo":
+        return aggregate(values, mask, "mean") / gradient_accumulation_steps
     if mode not in AGGREGATIONS:
-        raise ValueError(f"mode must be one of {AGGREGATIONS}, got {mode!r}")
+        raise ValueError(f"mode must be one of {AGGREGATIONS + LOSS_TYPES}, got {mode!r}")
     if mask is None:
         mask = torch.ones_like(values, dtype=torch.bool)
     check_same_shape(values, mask, "values", "mask")
@@ -153,6 +204,110 @@ def clip_statistics(ratio: torch.Tensor, advantages: torch.Tensor, eps_low: floa
     stats = dict(zip(names, values))
     stats["clip_frac"] = stats["clip_frac_low"] + stats["clip_frac_high"]
     return stats
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    loss_type: str = "bnpo",
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    *,
+    ref_logp: torch.Tensor | None = None,
+    beta: float = 0.0,
+    kl_estimator: str = "k3",
+    kl: torch.Tensor | None = None,
+    importance_weights: torch.Tensor | None = None,
+    num_sequences: int | None = None,
+    num_tokens: int | None = None,
+    max_completion_length: int | None = None,
+    gradient_accumulation_steps: int = 1,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GRPO's objective as a loss to minimise, per element (a token of a completion, a step of a denoising chain).
+
+    ``ρ = exp(logp − old_logp)``; per element
+    ``ℓ = −w · min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β · KL``, reduced by ``loss_type`` (:func:`aggregate`).
+
+    Args:
+        logp: log π_θ with gradient, ``[B, T]`` (tokens) or ``[N]`` (denoising steps).
+        old_logp: log π_old of the policy that sampled (detached here), same shape.
+        advantages: same shape, or one per row (``[B]`` for ``[B, T]``), broadcast over the row.
+        mask: which elements count, same shape as ``logp`` (None: all).
+        loss_type: ``"grpo"``, ``"bnpo"``, ``"dr_grpo"`` or ``"dapo"`` (TRL's names; see :func:`aggregate`).
+        epsilon, epsilon_high: the clip range ``[1 − ε, 1 + ε_high]`` (ε_high defaults to ε).
+        ref_logp, beta, kl_estimator: a KL penalty ``β · k(logp, ref_logp)`` per element, the estimator
+            ``k1``/``k2``/``k3`` of :func:`kl_estimate`; or ``kl``: a per-element KL computed by the caller
+            (e.g. the exact KL of two Gaussians), used instead.
+        importance_weights: detached per-element weights ``w`` of the surrogate only, not of the KL (truncated
+            importance sampling of a sampler/trainer mismatch, TRL's ``token_truncate``).
+        num_sequences, num_tokens, max_completion_length, gradient_accumulation_steps: the normalisers of the
+            whole batch when this is one micro-batch of several (gradient accumulation stays exact).
+
+    Returns:
+        ``(loss, stats)`` with floats over the valid elements, named as TRL logs them where TRL has the quantity:
+        ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean`` (share of elements whose
+        gradient the clip removed, below / above / either), ``ratio_mean``, ``ratio_min``, ``ratio_max``,
+        ``approx_kl`` (k3 of KL(old ‖ new)), ``log_ratio_abs_max`` and, with a KL term, ``kl`` (its mean).
+    """
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    check_same_shape(logp, old_logp, "logp", "old_logp")
+    if advantages.ndim == logp.ndim - 1 and advantages.shape == logp.shape[:-1]:
+        advantages = advantages.unsqueeze(-1).expand_as(logp)
+    check_same_shape(logp, advantages, "logp", "advantages")
+    check_finite(advantages, "advantages")
+    if mask is not None:
+        check_same_shape(logp, mask, "logp", "mask")
+    eps_high = epsilon if epsilon_high is None else epsilon_high
+    if not (0 <= epsilon < 1 and eps_high >= 0):
+        raise ValueError(f"epsilon must be in [0, 1) and epsilon_high >= 0, got {epsilon} and {eps_high}")
+    if kl is None and ref_logp is not None:
+        kl = kl_estimate(logp, ref_logp, kl_estimator)
+    if kl is not None:
+        check_same_shape(logp, kl, "logp", "kl")
+
+    per_element, ratio = clipped_surrogate_terms(logp, old_logp, advantages, epsilon, eps_high)
+    if importance_weights is not None:
+        check_same_shape(logp, importance_weights, "logp", "importance_weights")
+        per_element = per_element * importance_weights.detach()
+    if kl is not None:
+        per_element = per_element + beta * kl
+    loss = aggregate(per_element, mask, loss_type, num_sequences=num_sequences, num_tokens=num_tokens,
+                     max_completion_length=max_completion_length,
+                     gradient_accumulation_steps=gradient_accumulation_steps)
+    return loss, grpo_statistics(logp, old_logp, ratio, advantages, epsilon, eps_high, mask, kl)
+
+
+@torch.no_grad()
+def grpo_statistics(logp, old_logp, ratio, advantages, eps_low: float, eps_high: float, mask=None,
+                    kl=None) -> dict[str, float]:
+    """:func:`grpo_loss`'s statistics (TRL's names where TRL logs the quantity)."""
+    s = clip_statistics(ratio, advantages, eps_low, eps_high, mask)
+    stats = {"clip_ratio/low_mean": s["clip_frac_low"], "clip_ratio/high_mean": s["clip_frac_high"],
+             "clip_ratio/region_mean": s["clip_frac"], "ratio_mean": s["ratio_mean"], "ratio_min": s["ratio_min"],
+             "ratio_max": s["ratio_max"], "approx_kl": s["approx_kl"]}
+    log_ratio = (logp - old_logp).abs()
+    stats["log_ratio_abs_max"] = (log_ratio if mask is None else log_ratio[mask.to(torch.bool)]).max().item()
+    if kl is not None:
+        kl = kl.detach()
+        if mask is None:
+            stats["kl"] = kl.mean().item()
+        else:
+            m = mask.to(kl.dtype)
+            stats["kl"] = ((kl * m).sum() / m.sum().clamp(min=1)).item()
+    return stats
+
+
+def truncated_importance_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor,
+                                 clip_max: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, log_w)``: ``w = min(exp(trainer_logp − sampler_logp), clip_max)``, detached, and the log-ratio.
+
+    The weight that turns tokens sampled by another engine (μ) into an estimate under the trainer's π_old,
+    truncated at ``clip_max`` to bound its variance (lesson 07)."""
+    log_w = trainer_logp.detach() - sampler_logp.detach()
+    return torch.exp(log_w).clamp(max=clip_max), log_w
 
 
 def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,

@@ -1,3 +1,4 @@
+import math
 import pytest
 import torch
 
@@ -172,3 +173,87 @@ def test_token_logprobs_bad_input():
         token_logprobs(torch.zeros(2, 5, 7), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="temperature"):
         token_logprobs(torch.zeros(1, 3, 4), torch.zeros(1, 3, dtype=torch.long), temperature=0)
+
+
+# ------------------------------------------------------------------ grpo_loss: GRPO's one objective
+from minigrpo.losses import LOSS_TYPES, grpo_loss  # noqa: E402
+
+#: two completions, 2 and 1 valid tokens; advantages +1 and −2 per row
+_MASK = torch.tensor([[1, 1, 0], [1, 0, 0]])
+_ADV = torch.tensor([1.0, -2.0], dtype=torch.float64)
+
+
+def _at_ratio_one(loss_type, **kw):
+    logp = torch.tensor([[-1.0, -0.5, -3.0], [-0.2, -2.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    loss, stats = grpo_loss(logp, logp.detach(), _ADV, _MASK, loss_type, 0.2, **kw)
+    loss.backward()
+    return loss.item(), logp.grad, stats
+
+
+@pytest.mark.parametrize("loss_type,value,row_weights", [
+    ("grpo", (-1 + 2) / 2, [[1 / 4, 1 / 4, 0], [1 / 2, 0, 0]]),       # row means (−1, 2), then their mean
+    ("dapo", (-1 - 1 + 2) / 3, [[1 / 3, 1 / 3, 0], [1 / 3, 0, 0]]),   # one mean over the 3 tokens
+    ("bnpo", (-1 - 1 + 2) / 3, [[1 / 3, 1 / 3, 0], [1 / 3, 0, 0]]),   # the same without accumulation
+    ("dr_grpo", (-1 - 1 + 2) / 6, [[1 / 6, 1 / 6, 0], [1 / 6, 0, 0]]),  # constant 2 rows × 3 columns
+])
+def test_grpo_loss_reductions_hand_computed(loss_type, value, row_weights):
+    """At ρ = 1 each token's loss is −A and its gradient −A·(its weight): the reductions by hand."""
+    loss, grad, stats = _at_ratio_one(loss_type)
+    assert loss == pytest.approx(value, abs=1e-12)
+    expected = -_ADV[:, None] * torch.tensor(row_weights, dtype=torch.float64)
+    torch.testing.assert_close(grad, expected, rtol=0, atol=1e-12)
+    assert stats["clip_ratio/region_mean"] == 0 and stats["ratio_min"] == stats["ratio_max"] == 1
+
+
+def test_dapo_is_exact_under_accumulation_and_bnpo_is_not():
+    """Two micro-batches with 2 and 1 tokens: "dapo" (normaliser counted over the whole batch) adds up to the full
+    batch's loss; TRL's "bnpo" takes each micro-batch's own token mean over 2: (−1 + 2) / 2 = 0.5, not 0."""
+    logp = torch.tensor([[-1.0, -0.5, -3.0], [-0.2, -2.0, -1.0]], dtype=torch.float64)
+    full = grpo_loss(logp, logp, _ADV, _MASK, "dapo")[0].item()
+    parts = {lt: sum(grpo_loss(logp[i:i + 1], logp[i:i + 1], _ADV[i:i + 1], _MASK[i:i + 1], lt, num_sequences=2,
+                               num_tokens=3, max_completion_length=3, gradient_accumulation_steps=2)[0].item()
+                     for i in range(2)) for lt in LOSS_TYPES}
+    assert parts["dapo"] == pytest.approx(full, abs=1e-12) and full == pytest.approx(0.0, abs=1e-12)
+    assert parts["grpo"] == pytest.approx(0.5, abs=1e-12) and parts["dr_grpo"] == pytest.approx(0.0, abs=1e-12)
+    assert parts["bnpo"] == pytest.approx(0.5, abs=1e-12)
+
+
+def test_grpo_loss_kl_and_importance_weights():
+    """ℓ = −w·A·ρ + β·k3 per token: w weights the surrogate only; the KL statistic is the masked mean of k3."""
+    logp = torch.tensor([[-1.0, -0.5, -3.0], [-0.2, -2.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    ref = logp.detach() + torch.tensor([[0.3, -0.1, 5.0], [0.2, 7.0, 7.0]], dtype=torch.float64)
+    w = torch.tensor([[2.0, 1.0, 9.0], [0.5, 9.0, 9.0]], dtype=torch.float64)
+    loss, stats = grpo_loss(logp, logp.detach(), _ADV, _MASK, "dapo", ref_logp=ref, beta=0.1, importance_weights=w)
+    k3 = lambda d: math.exp(d) - 1 - d  # noqa: E731  (log ρ_ref = d)
+    tokens = [-2.0 * 1 + 0.1 * k3(0.3), -1.0 * 1 + 0.1 * k3(-0.1), 0.5 * 2 + 0.1 * k3(0.2)]
+    assert loss.item() == pytest.approx(sum(tokens) / 3, abs=1e-12)
+    assert stats["kl"] == pytest.approx((k3(0.3) + k3(-0.1) + k3(0.2)) / 3, abs=1e-12)
+    kl_only = grpo_loss(logp, logp.detach(), torch.zeros(2, dtype=torch.float64), _MASK, "dapo", ref_logp=ref,
+                        beta=0.1, kl_estimator="k1")[0]
+    assert kl_only.item() == pytest.approx(0.1 * (-0.3 + 0.1 - 0.2) / 3, abs=1e-12)
+
+
+def test_grpo_loss_clip_statistics_hand_computed():
+    """ρ = (0.5, 1.5, 1.1, 0.5) with A = (−1, +1, +1, +1), ε = 0.2: one token clipped below (ρ < 0.8, A < 0), one
+    above (ρ > 1.2, A > 0); ρ = 0.5 with A > 0 is not clipped (the min keeps the worse, unclipped term)."""
+    ratio = torch.tensor([0.5, 1.5, 1.1, 0.5], dtype=torch.float64)
+    adv = torch.tensor([-1.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    logp = torch.log(ratio).requires_grad_(True)
+    loss, stats = grpo_loss(logp, torch.zeros(4, dtype=torch.float64), adv, None, "bnpo", 0.2)
+    assert stats["clip_ratio/low_mean"] == 0.25 and stats["clip_ratio/high_mean"] == 0.25
+    assert stats["clip_ratio/region_mean"] == 0.5
+    assert loss.item() == pytest.approx((0.8 - 1.2 - 1.1 - 0.5) / 4, abs=1e-12)
+    loss.backward()
+    torch.testing.assert_close(logp.grad, torch.tensor([0.0, 0.0, -1.1 / 4, -0.5 / 4], dtype=torch.float64))
+
+
+def test_grpo_loss_bad_input():
+    logp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="loss_type"):
+        grpo_loss(logp, logp, torch.zeros(2), loss_type="ppo")
+    with pytest.raises(ValueError, match="advantages"):
+        grpo_loss(logp, logp, torch.tensor([0.0, float("nan")]))
+    with pytest.raises(ValueError, match="epsilon"):
+        grpo_loss(logp, logp, torch.zeros(2), epsilon=1.5)
+    with pytest.raises(ValueError, match="mask"):
+        grpo_loss(logp, logp, torch.zeros(2), mask=torch.ones(2, 2))

@@ -54,10 +54,10 @@ def test_without_a_mismatch_the_correction_changes_nothing(tok):
     assert off.abs().max() > 0
     torch.testing.assert_close(on, off, rtol=1e-4, atol=1e-8)
     # same weights, same fp32 path: every weight is 1 up to float32 rounding of the two code paths
-    assert abs(on_metrics["is_weight_min"] - 1) < WEIGHT_OFF_ONE_MAX
-    assert abs(on_metrics["is_weight_max"] - 1) < WEIGHT_OFF_ONE_MAX
-    assert on_metrics["sampler_trainer_gap_mean"] < GAP_MAX
-    assert "is_weight_mean" not in off_metrics  # off: the dashboard is as before
+    assert abs(on_metrics["sampling/importance_sampling_ratio/min"] - 1) < WEIGHT_OFF_ONE_MAX
+    assert abs(on_metrics["sampling/importance_sampling_ratio/max"] - 1) < WEIGHT_OFF_ONE_MAX
+    assert on_metrics["sampling/sampling_logp_difference/mean"] < GAP_MAX
+    assert "sampling/importance_sampling_ratio/mean" not in off_metrics  # off: the dashboard is as before
 
 
 def test_weights_are_capped_at_c(tok, monkeypatch):
@@ -66,8 +66,9 @@ def test_weights_are_capped_at_c(tok, monkeypatch):
     _, off = _step(tok, monkeypatch, shift=2.0)
     metrics, on = _step(tok, monkeypatch, shift=2.0, vllm_importance_sampling_correction=True,
                         vllm_importance_sampling_clip_max=3.0)
-    assert metrics["is_weight_max"] == pytest.approx(3.0) and metrics["is_weight_min"] == pytest.approx(3.0)
-    assert metrics["sampler_trainer_gap_mean"] == pytest.approx(2.0, abs=1e-4)
+    assert metrics["sampling/importance_sampling_ratio/max"] == pytest.approx(3.0)
+    assert metrics["sampling/importance_sampling_ratio/min"] == pytest.approx(3.0)
+    assert metrics["sampling/sampling_logp_difference/mean"] == pytest.approx(2.0, abs=1e-4)
     torch.testing.assert_close(on, 3.0 * off, rtol=1e-4, atol=1e-8)
 
 
@@ -75,7 +76,7 @@ def test_weights_below_the_cap_are_the_likelihood_ratio(tok, monkeypatch):
     """Sampler log-probs 1 nat higher: the weight is e^−1 for every token (no truncation from below)."""
     _, off = _step(tok, monkeypatch, shift=-1.0)
     metrics, on = _step(tok, monkeypatch, shift=-1.0, vllm_importance_sampling_correction=True)
-    assert metrics["is_weight_mean"] == pytest.approx(math.exp(-1), rel=1e-4)
+    assert metrics["sampling/importance_sampling_ratio/mean"] == pytest.approx(math.exp(-1), rel=1e-4)
     torch.testing.assert_close(on, math.exp(-1) * off, rtol=1e-4, atol=1e-8)
 
 

@@ -1,15 +1,17 @@
 """GRPO for a causal language model (Shao et al. 2024; DAPO, Yu et al. 2025; Dr. GRPO, Liu et al. 2025).
 
-One step:
-1. draw ``prompts_per_step`` prompts and sample ``num_generations`` (G) completions for each,
-   recording the sampler's log-probs;
-2. score every completion with the task's reward functions;
-3. advantages: ``group_advantages(rewards, G, scale_rewards)`` — each completion against its
-   group; one scalar per completion, broadcast over its tokens (outcome supervision);
-4. ``num_iterations`` (μ) optimizer steps on the same batch, each minimising, per token,
-   ``−min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·k3(π_θ, π_ref)`` with ρ = π_θ / π_old, aggregated
-   by ``loss_type``. With μ = 1 the batch is used once and ``old = current.detach()``: ρ = 1
-   exactly, and the gradient is the plain policy gradient with the group baseline.
+One step (:meth:`GRPOTrainer.step`), cut where TRL's GRPOTrainer cuts it:
+1. :meth:`~GRPOTrainer.rollout`: draw ``prompts_per_step`` prompts, sample ``num_generations`` (G)
+   completions for each (recording the sampler's log-probs) and score them with the task's rewards;
+2. :meth:`~GRPOTrainer.prepare`: advantages ``group_advantages(rewards, G, scale_rewards)`` — each
+   completion against its group, one scalar per completion broadcast over its tokens (outcome
+   supervision) —, the batch's normalisers, and the old and reference log-probs when needed;
+3. ``num_iterations`` (μ) optimizer steps on the same batch (:meth:`~GRPOTrainer.optimizer_step`),
+   each over ``gradient_accumulation_steps`` micro-batches of :meth:`~GRPOTrainer.compute_loss`:
+   ``losses.grpo_loss``, per token ``−min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·k(π_θ, π_ref)``
+   with ρ = π_θ / π_old, reduced by ``loss_type``. With μ = 1 the batch is used once and
+   ``old = current.detach()``: ρ = 1 exactly, and the gradient is the plain policy gradient with
+   the group baseline.
 
 Truncated importance sampling (``vllm_importance_sampling_correction``, off by default; lesson 07).
 When the tokens come from a sampler whose log-probs differ from the trainer's (another engine, other
@@ -19,13 +21,23 @@ were biases the gradient. Each token's loss is then weighted by
 which re-weights the sampler's tokens toward the trainer's policy and caps the variance. It weights the
 clipped surrogate only, not the KL term (as TRL's ``token_truncate`` mode does).
 
-``loss_type`` decides how tokens are weighted (all kept exact under gradient accumulation, since the
-normalisers are counted over the whole batch before any micro-batch is processed):
+``loss_type`` decides how tokens are weighted (TRL's names; ``losses.aggregate`` implements them):
 - ``"grpo"``: mean over each completion's tokens, then mean over completions (DeepSeekMath). A
   long completion's tokens weigh less: a length bias (long wrong answers are punished less).
 - ``"dapo"``: one mean over all completion tokens of the batch (DAPO's token-level loss).
 - ``"dr_grpo"``: sum over tokens divided by a constant, completions × ``max_completion_length``
   (Dr. GRPO): no dependence on lengths at all.
+- ``"bnpo"``: the mean over the completion tokens of each micro-batch, divided by the number of
+  micro-batches (TRL's): equal to ``"dapo"`` without gradient accumulation.
+``"grpo"``, ``"dapo"`` and ``"dr_grpo"`` stay exact under gradient accumulation: their normalisers are
+counted over the whole batch before any micro-batch is processed.
+
+Metrics (one value per step) carry TRL's names where TRL logs the quantity: ``reward``,
+``reward_std``, ``frac_reward_zero_std``, ``completions/mean_length``, ``kl``, ``entropy``,
+``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``, ``grad_norm``,
+``sampling/sampling_logp_difference/max`` (and ``/mean``) and ``sampling/importance_sampling_ratio/mean``
+(``/min``, ``/max``); ours for the rest: ``correct``, ``format`` (the reward's parts), ``ratio_min``,
+``ratio_mean``, ``ratio_max``, ``skipped``, ``step_time``.
 
 Config names follow TRL's ``GRPOConfig`` where the concept is the same (num_generations, beta,
 epsilon, epsilon_high, loss_type, scale_rewards, num_iterations, temperature,
@@ -34,7 +46,6 @@ max_completion_length, learning_rate, max_grad_norm, gradient_accumulation_steps
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 import time
@@ -50,9 +61,9 @@ from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.llm.sampling import Generation, completion_logits, generate
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
-from minigrpo.losses import aligned_logprobs, clip_statistics, clipped_surrogate_terms, kl_estimate
+from minigrpo.grpo_common import frozen_reference, reward_metrics
+from minigrpo.losses import LOSS_TYPES, aligned_logprobs, grpo_loss, truncated_importance_weights
 
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
@@ -70,7 +81,7 @@ class GRPOConfig:
     kl_estimator: str = "k3"  #: "k1", "k2" or "k3" (per-token estimator of the KL to the reference)
     epsilon: float = 0.2  #: lower clip range ε (ratio >= 1 − ε)
     epsilon_high: float | None = None  #: upper clip range (None: = epsilon); DAPO's clip-higher raises it
-    loss_type: str = "dapo"  #: "grpo" (per-sequence mean), "dapo" (token mean), "dr_grpo" (constant)
+    loss_type: str = "dapo"  #: "grpo" (per-sequence mean), "dapo" (token mean), "dr_grpo" (constant), "bnpo"
     scale_rewards: str = "group"  #: "group", "batch" or "none" (see group_advantages)
     num_iterations: int = 1  #: μ, optimizer steps per sampled batch
     gradient_accumulation_steps: int = 1  #: micro-batches per optimizer step (same result, less memory)
@@ -122,19 +133,25 @@ def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temp
     return logp, entropy
 
 
-def token_weights(mask: torch.Tensor, loss_type: str, num_sequences: int, num_tokens: int,
-                  max_completion_length: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Per-token weights whose sum over a micro-batch gives its share of the batch loss.
+@dataclass
+class GRPOBatch:
+    """A scored rollout ready for the loss: what :meth:`GRPOTrainer.prepare` makes of :meth:`GRPOTrainer.rollout`."""
 
-    Counting ``num_sequences``/``num_tokens`` over the *whole* batch keeps gradient accumulation
-    exact: the micro-batch losses add up to the full-batch loss.
-    """
-    m = mask.to(dtype)
-    if loss_type == "grpo":
-        return m / m.sum(-1, keepdim=True).clamp(min=1) / num_sequences
-    if loss_type == "dapo":
-        return m / max(num_tokens, 1)
-    return m / (num_sequences * max_completion_length)
+    gen: Generation
+    advantages: torch.Tensor  #: [B] one per completion (all rows, filtered or not)
+    micro_batches: list[torch.Tensor]  #: the kept rows, split for gradient accumulation
+    num_sequences: int  #: kept completions (the normaliser of "grpo" and "dr_grpo")
+    num_tokens: int  #: their completion tokens (the normaliser of "dapo")
+    old_logp: torch.Tensor | None = None  #: [kept, C] π_old, stored only when μ > 1 (rows in micro-batch order)
+    ref_logp: torch.Tensor | None = None  #: [kept, C] π_ref, only when β > 0
+    metrics: dict[str, float] = field(default_factory=dict)  #: the rollout's statistics
+
+    def slices(self):
+        """``(rows, sl)`` per micro-batch: its rows of ``gen`` and its slice of ``old_logp`` / ``ref_logp``."""
+        offset = 0
+        for rows in self.micro_batches:
+            yield rows, slice(offset, offset + rows.numel())
+            offset += rows.numel()
 
 
 @dataclass
@@ -146,16 +163,42 @@ class GRPOResult:
 
 
 class GRPOTrainer:
-    """Holds the policy, the frozen reference (if β > 0), the optimizer and the prompt stream."""
+    """Holds the policy, the frozen reference (if β > 0), the optimizer and the prompt stream.
+
+    :meth:`step` = :meth:`rollout` (generate + score) → :meth:`prepare` (advantages, old/ref log-probs) →
+    μ × (:meth:`compute_loss` per micro-batch, backward) → :meth:`optimizer_step`. Each can be called alone.
+    """
+
+    def compute_loss(self, batch: GRPOBatch, rows: torch.Tensor, sl: slice) -> tuple[torch.Tensor, dict]:
+        """The GRPO loss of one micro-batch (its share of the batch's loss) and its statistics."""
+        cfg = self.cfg
+        logp, ent = completion_logprobs(self.model, batch.gen, rows, cfg.temperature, with_entropy=True)
+        m = batch.gen.completion_mask[rows]
+        old = logp.detach() if batch.old_logp is None else batch.old_logp[sl]
+        ref = None if batch.ref_logp is None else batch.ref_logp[sl]
+        is_w, log_w = None, None
+        if cfg.vllm_importance_sampling_correction:  # old: the trainer's log-probs at the rollout's weights
+            is_w, log_w = truncated_importance_weights(old, batch.gen.sampler_logprobs[rows],
+                                                       cfg.vllm_importance_sampling_clip_max)
+        loss, stats = grpo_loss(logp, old, batch.advantages[rows], m, cfg.loss_type, cfg.epsilon, cfg.epsilon_high,
+                                ref_logp=ref, beta=cfg.beta, kl_estimator=cfg.kl_estimator, importance_weights=is_w,
+                                num_sequences=batch.num_sequences, num_tokens=batch.num_tokens,
+                                max_completion_length=self.max_len,
+                                gradient_accumulation_steps=cfg.gradient_accumulation_steps)
+        with torch.no_grad():
+            stats["entropy"] = ((ent * m).sum() / m.sum().clamp(min=1)).item()
+            # the sampler-vs-trainer gap: same weights, two code paths (meaningful before the first update)
+            stats["sampling/sampling_logp_difference/max"] = (
+                ((logp.detach() - batch.gen.sampler_logprobs[rows]).abs() * m).max().item())
+            if is_w is not None:  # tensors, concatenated over micro-batches by step()
+                stats["is_weights"], stats["is_log_ratio_abs"] = is_w[m.bool()], log_w[m.bool()].abs()
+        return loss, stats
 
     def __init__(self, model, tokenizer, task: Task, config: GRPOConfig | None = None, ref_model=None):
         self.cfg = cfg = config or GRPOConfig()
         self.model, self.tokenizer, self.task = model, tokenizer, task
         self.max_len = cfg.max_completion_length or task.max_completion_length
-        self.ref = None
-        if cfg.beta > 0:
-            self.ref = ref_model if ref_model is not None else copy.deepcopy(model)
-            self.ref.eval().requires_grad_(False)
+        self.ref = frozen_reference(model, cfg.beta, ref_model)
         self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0, foreach=True)
         self.rng = random.Random(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
@@ -163,6 +206,7 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
     def rollout(self) -> tuple[list[Problem], Generation, torch.Tensor, dict]:
+        """Generate + score: ``(problems, generation, rewards [B], info)``, B = prompts_per_step × G."""
         cfg, G = self.cfg, self.cfg.num_generations
         problems = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.model.eval()  # no dropout while sampling (and scoring): one policy, one distribution
@@ -179,88 +223,60 @@ class GRPOTrainer:
         }
         return problems, gen, rewards, info
 
-    def step(self) -> dict[str, float]:
+    @torch.no_grad()
+    def prepare(self, problems: list[Problem], gen: Generation, rewards: torch.Tensor, info: dict) -> GRPOBatch:
+        """Advantages, the kept rows (``filter_zero_std_groups``), normalisers, and π_old / π_ref when needed."""
         cfg, G = self.cfg, self.cfg.num_generations
-        t0 = time.perf_counter()
-        problems, gen, rewards, info = self.rollout()
         adv = group_advantages(rewards, G, cfg.scale_rewards)
-        group_std = rewards.view(-1, G).std(1)
+        metrics, group_std = reward_metrics(rewards, G)
         keep = torch.arange(rewards.numel())
         if cfg.filter_zero_std_groups:
             keep = torch.nonzero((group_std > 0).repeat_interleave(G)).squeeze(-1)
-        metrics = {"reward_mean": rewards.mean().item(), "reward_std": rewards.std().item(),
-                   "zero_std_frac": (group_std == 0).float().mean().item(), **info,
-                   "completion_length": gen.completion_mask.sum(1).float().mean().item()}
-        if keep.numel() == 0:  # every group was uninformative: nothing to learn from this batch
+        metrics.update(info)
+        metrics["completions/mean_length"] = gen.completion_mask.sum(1).float().mean().item()
+        mask = gen.completion_mask[keep]
+        batch = GRPOBatch(gen, adv, list(torch.tensor_split(keep, cfg.gradient_accumulation_steps)), keep.numel(),
+                          int(mask.sum()), metrics=metrics)
+        if keep.numel() == 0:
+            return batch
+        if cfg.num_iterations > 1:  # the policy changes between iterations: store π_old now
+            batch.old_logp = torch.cat([completion_logprobs(self.model, gen, r, cfg.temperature)
+                                        for r in batch.micro_batches])
+        if self.ref is not None:
+            batch.ref_logp = torch.cat([completion_logprobs(self.ref, gen, r, cfg.temperature)
+                                        for r in batch.micro_batches])
+        return batch
+
+    def optimizer_step(self) -> float:
+        """Clip the global gradient norm, step AdamW; returns the norm before clipping."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm).item()
+        self.opt.step()
+        return grad_norm
+
+    def step(self) -> dict[str, float]:
+        """One GRPO step: rollout, then μ optimizer steps on it; returns the step's metrics."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        batch = self.prepare(*self.rollout())
+        metrics = batch.metrics
+        if batch.num_sequences == 0:  # every group was uninformative: nothing to learn from this batch
             metrics.update(skipped=1.0, step_time=time.perf_counter() - t0)
             self.step_count += 1
             return metrics
-        mask = gen.completion_mask[keep]
-        n_seq, n_tok = keep.numel(), int(mask.sum())
-        micro = torch.tensor_split(keep, cfg.gradient_accumulation_steps)
-
-        old_logp = ref_logp = None
-        with torch.no_grad():
-            if cfg.num_iterations > 1:  # the policy changes between iterations: store π_old now
-                old_logp = torch.cat([completion_logprobs(self.model, gen, r, cfg.temperature) for r in micro])
-            if self.ref is not None:
-                ref_logp = torch.cat([completion_logprobs(self.ref, gen, r, cfg.temperature) for r in micro])
-        eps_high = cfg.epsilon if cfg.epsilon_high is None else cfg.epsilon_high
-        stats, kls, ents, gap = [], [], [], 0.0
-        is_w, is_gap = [], []  # truncated-IS weights and |trainer − sampler| log-prob gaps (when enabled)
+        per_iteration = []
         self.model.train()
-        for it in range(cfg.num_iterations):
+        for _ in range(cfg.num_iterations):
             self.opt.zero_grad()
-            offset = 0
-            for rows in micro:
-                b = rows.numel()
-                sl = slice(offset, offset + b)
-                offset += b
-                logp, ent = completion_logprobs(self.model, gen, rows, cfg.temperature, with_entropy=True)
-                m = gen.completion_mask[rows]
-                old = logp.detach() if old_logp is None else old_logp[sl]
-                a = adv[rows].unsqueeze(-1).expand_as(logp)
-                per_tok, ratio = clipped_surrogate_terms(logp, old, a, cfg.epsilon, eps_high)
-                if cfg.vllm_importance_sampling_correction:  # old: the trainer's log-probs at the rollout's weights
-                    log_w = old.detach() - gen.sampler_logprobs[rows]
-                    w_is = torch.exp(log_w).clamp(max=cfg.vllm_importance_sampling_clip_max)
-                    per_tok = per_tok * w_is
-                    if it == 0:
-                        is_w.append(w_is[m.bool()])
-                        is_gap.append(log_w[m.bool()].abs())
-                if ref_logp is not None:
-                    kl = kl_estimate(logp, ref_logp[sl], cfg.kl_estimator)
-                    per_tok = per_tok + cfg.beta * kl
-                    kls.append(((kl.detach() * m).sum() / m.sum().clamp(min=1)).item())
-                w = token_weights(m, cfg.loss_type, n_seq, n_tok, self.max_len, per_tok.dtype)
-                (per_tok * w).sum().backward()
-                if it == cfg.num_iterations - 1:
-                    stats.append(clip_statistics(ratio, a, cfg.epsilon, eps_high, m))
-                    ents.append(((ent * m).sum() / m.sum().clamp(min=1)).item())
-                if it == 0:  # the sampler-vs-trainer gap: same weights, two code paths
-                    d = ((logp.detach() - gen.sampler_logprobs[rows]).abs() * m).max().item()
-                    gap = max(gap, d)
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm).item()
-            self.opt.step()
+            stats = []
+            for rows, sl in batch.slices():
+                loss, st = self.compute_loss(batch, rows, sl)
+                loss.backward()
+                stats.append(st)
+            per_iteration.append(stats)
+            grad_norm = self.optimizer_step()
         self.model.eval()
         self.step_count += 1
-        metrics.update({
-            "kl": float(np.mean(kls)) if kls else 0.0,
-            "entropy": float(np.mean(ents)),
-            "clip_frac_low": float(np.mean([s["clip_frac_low"] for s in stats])),
-            "clip_frac_high": float(np.mean([s["clip_frac_high"] for s in stats])),
-            "ratio_min": min(s["ratio_min"] for s in stats),
-            "ratio_mean": float(np.mean([s["ratio_mean"] for s in stats])),
-            "ratio_max": max(s["ratio_max"] for s in stats),
-            "sampler_trainer_gap": gap,
-            "grad_norm": grad_norm,
-            "skipped": 0.0,
-            "step_time": time.perf_counter() - t0,
-        })
-        if is_w:
-            w_all, gap_all = torch.cat(is_w), torch.cat(is_gap)
-            metrics.update({"is_weight_mean": w_all.mean().item(), "is_weight_min": w_all.min().item(),
-                            "is_weight_max": w_all.max().item(), "sampler_trainer_gap_mean": gap_all.mean().item()})
+        metrics.update(step_metrics(per_iteration, with_kl=batch.ref_logp is not None))
+        metrics.update(grad_norm=grad_norm, skipped=0.0, step_time=time.perf_counter() - t0)
         return metrics
 
     # ------------------------------------------------------------------ the loop
@@ -285,7 +301,7 @@ class GRPOTrainer:
             result.history.setdefault("step", []).append(step)
             for k, v in metrics.items():
                 result.history.setdefault(k, []).append(v)
-            post = {"reward": f"{metrics['reward_mean']:.2f}"}
+            post = {"reward": f"{metrics['reward']:.2f}"}
             if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
                 ev = {"step": step, **self.evaluate()}
                 result.evals.append(ev)
@@ -297,11 +313,32 @@ class GRPOTrainer:
         return result
 
 
+def step_metrics(per_iteration: list[list[dict]], with_kl: bool) -> dict[str, float]:
+    """A step's loss statistics from ``per_iteration[i][j]``, the stats of micro-batch j at iteration i: the KL
+    averaged over every micro-batch; the clip and ratio statistics and the entropy of the last iteration (after
+    μ − 1 updates: where the clip acts); the sampler gap and importance weights of the first (before any update)."""
+    first, last = per_iteration[0], per_iteration[-1]
+    out = {"kl": float(np.mean([s["kl"] for it in per_iteration for s in it])) if with_kl else 0.0,
+           "entropy": float(np.mean([s["entropy"] for s in last]))}
+    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean"):
+        out[key] = float(np.mean([s[key] for s in last]))
+    out.update(ratio_min=min(s["ratio_min"] for s in last), ratio_mean=float(np.mean([s["ratio_mean"] for s in last])),
+               ratio_max=max(s["ratio_max"] for s in last))
+    out["sampling/sampling_logp_difference/max"] = max(s["sampling/sampling_logp_difference/max"] for s in first)
+    if "is_weights" in first[0]:
+        w_all, gap_all = torch.cat([s["is_weights"] for s in first]), torch.cat([s["is_log_ratio_abs"] for s in first])
+        out.update({"sampling/importance_sampling_ratio/mean": w_all.mean().item(),
+                    "sampling/importance_sampling_ratio/min": w_all.min().item(),
+                    "sampling/importance_sampling_ratio/max": w_all.max().item(),
+                    "sampling/sampling_logp_difference/mean": gap_all.mean().item()})
+    return out
+
+
 def train_grpo(model, tokenizer, task: Task, config: GRPOConfig | None = None, ref_model=None,
                progress: bool = True) -> GRPOResult:
     """Fine-tune ``model`` in place with GRPO on ``task``; returns the dashboard history and evals."""
     return GRPOTrainer(model, tokenizer, task, config, ref_model).train(progress)
 
 
-__all__ = ["GRPOConfig", "GRPOResult", "GRPOTrainer", "LOSS_TYPES", "completion_logprobs", "token_weights",
-           "train_grpo"]
+__all__ = ["GRPOBatch", "GRPOConfig", "GRPOResult", "GRPOTrainer", "LOSS_TYPES", "completion_logprobs",
+           "step_metrics", "train_grpo"]
