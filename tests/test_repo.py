@@ -20,7 +20,8 @@ PROJECT = PYPROJECT["project"]
 # pip name (with its extra, if any) -> conda-forge name where they differ
 CONDA_NAMES = {"torch": "pytorch", "gymnasium[box2d]": "gymnasium-box2d"}
 # Needed by the course (notebooks, grading, tests), not by the library: the `course` extra.
-COURSE_ONLY = {"matplotlib", "jupyterlab", "ipykernel", "ipywidgets", "nbformat", "nbclient", "nbval", "pytest"}
+COURSE_ONLY = {"matplotlib", "jupyterlab", "ipykernel", "ipywidgets", "nbformat", "nbclient", "nbval", "pytest",
+               "tensorboard"}
 # import name -> distribution name where they differ
 DIST_NAMES = {"sklearn": "scikit-learn", "stable_baselines3": "stable-baselines3", "IPython": "ipython"}
 # Installed by the course extra's Jupyter packages themselves (ipykernel, nbclient, jupyterlab).

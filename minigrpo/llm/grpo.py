@@ -63,6 +63,9 @@ from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
 from minigrpo.grpo_common import frozen_reference, reward_metrics
 from minigrpo.losses import LOSS_TYPES, aligned_logprobs, grpo_loss, truncated_importance_weights
+from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, load_state, load_weights,
+                               resolve_checkpoint, rng_state, save_state, save_weights, set_rng_state, should_log,
+                               should_save)
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -93,8 +96,17 @@ class GRPOConfig:
     seed: int = 0  #: seeds the prompt stream and sampling
     eval_every: int = 25  #: evaluate on the held-out set every this many steps (0: never)
     eval_generations: int = 8  #: samples per held-out prompt for pass@1 / pass@G
-    checkpoint_dir: str | Path | None = None  #: save the model (save_pretrained) here every checkpoint_every steps
-    checkpoint_every: int = 0  #: 0: only at the end (when checkpoint_dir is set)
+    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.tracking)
+    report_to: str | list[str] = "none"
+    logging_dir: str | Path | None = None  #: where the trackers write (None: runs/grpo-<timestamp>)
+    logging_steps: int = 1  #: send the metrics to the trackers every this many steps (and at the last)
+    #: save a resumable checkpoint (weights, optimizer, random states, history) to output_dir/checkpoint-<step>
+    output_dir: str | Path | None = None
+    save_steps: int = 0  #: every this many steps (0: only at the end), when output_dir is set
+    #: resume from this checkpoint folder, or True: the latest one in output_dir
+    resume_from_checkpoint: str | Path | bool | None = None
+    checkpoint_dir: str | Path | None = None  #: older name of output_dir (kept as an alias)
+    checkpoint_every: int = 0  #: older name of save_steps (kept as an alias)
 
     def __post_init__(self):
         check_config_types(self)
@@ -105,7 +117,10 @@ class GRPOConfig:
             raise config_error(self, "num_generations", ">= 2", "a group needs a spread")
         at_least(self, 1, "max_steps", "prompts_per_step", "max_completion_length", "num_iterations",
                  "gradient_accumulation_steps", "eval_generations")
-        at_least(self, 0, "eval_every", "checkpoint_every")
+        at_least(self, 0, "eval_every", "checkpoint_every", "save_steps")
+        at_least(self, 1, "logging_steps")
+        check_report_to(self)
+        _alias_checkpoint_fields(self)
         if not self.temperature > 0:
             raise config_error(self, "temperature", "> 0", "GRPO needs a stochastic sampler (greedy decoding has "
                                                            "no spread within a group and no meaningful log-probs)")
@@ -116,6 +131,17 @@ class GRPOConfig:
             raise ValueError(f"GRPOConfig.gradient_accumulation_steps must divide prompts_per_step * num_generations "
                              f"= {self.prompts_per_step * self.num_generations} (equal micro-batches), "
                              f"got {self.gradient_accumulation_steps}")
+
+
+def _alias_checkpoint_fields(cfg: GRPOConfig) -> None:
+    """``checkpoint_dir`` / ``checkpoint_every`` are the older names of ``output_dir`` / ``save_steps``."""
+    for old, new, unset in (("checkpoint_dir", "output_dir", None), ("checkpoint_every", "save_steps", 0)):
+        value, current = getattr(cfg, old), getattr(cfg, new)
+        if value == unset:
+            continue
+        if current != unset and str(current) != str(value):
+            raise config_error(cfg, old, f"{new}'s value ({current!r}) when both are set", f"it is {new}'s older name")
+        setattr(cfg, new, value)
 
 
 def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temperature: float,
@@ -203,6 +229,8 @@ class GRPOTrainer:
         self.rng = random.Random(cfg.seed)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step_count = 0
+        self.history: dict[str, list] = {}  #: one entry per step, kept by train() (and saved in checkpoints)
+        self.evals: list[dict] = []  #: held-out metrics with the step they were taken at
 
     # ------------------------------------------------------------------ one step
     def rollout(self) -> tuple[list[Problem], Generation, torch.Tensor, dict]:
@@ -285,32 +313,67 @@ class GRPOTrainer:
                              temperature=self.cfg.temperature, seed=1)
 
     def save(self, folder: str | Path) -> None:
+        """The model, tokenizer and config (loadable with ``from_pretrained``); no trainer state."""
         folder = Path(folder)
-        self.model.save_pretrained(folder)
+        save_weights(self.model, folder)
         self.tokenizer.save_pretrained(folder)
-        (folder / "grpo_config.json").write_text(json.dumps(asdict(self.cfg), indent=2))
+        (folder / "grpo_config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
 
-    def train(self, progress: bool = True) -> GRPOResult:
+    def save_checkpoint(self, folder: str | Path | None = None) -> Path:
+        """A resumable checkpoint (default: ``output_dir/checkpoint-<step>``): :meth:`save`, plus the
+        optimizer, every random state, the step and the history in ``trainer_state.pt``."""
+        if folder is None and self.cfg.output_dir is None:
+            raise ValueError("save_checkpoint() needs a folder, or GRPOConfig.output_dir to put checkpoint-<step> in")
+        folder = Path(folder) if folder is not None else checkpoint_folder(self.cfg.output_dir, self.step_count)
+        self.save(folder)
+        save_state(folder, {"step": self.step_count, "history": self.history, "evals": self.evals,
+                            "optimizer": self.opt.state_dict(), "rng": rng_state(self)})
+        return folder
+
+    def load_checkpoint(self, folder: str | Path) -> None:
+        """Continue from a :meth:`save_checkpoint` folder: weights, optimizer, random states, step, history.
+        Build the trainer as the first run did (same base model, so the reference model is the same)."""
+        state = load_state(folder)
+        load_weights(self.model, folder)
+        self.opt.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"], self)
+        self.step_count, self.history, self.evals = state["step"], state["history"], state["evals"]
+
+    def train(self, progress: bool = True, resume_from_checkpoint: str | Path | bool | None = None) -> GRPOResult:
+        """Run up to ``max_steps`` steps (resuming first if asked, here or in the config); log, evaluate, save."""
         cfg = self.cfg
-        result = GRPOResult(self.model, {}, [], asdict(cfg))
-        if cfg.eval_every:
-            result.evals.append({"step": 0, **self.evaluate()})
-        bar = tqdm(range(1, cfg.max_steps + 1), desc=f"GRPO {self.task.name}", disable=not progress)
-        for step in bar:
-            metrics = self.step()
-            result.history.setdefault("step", []).append(step)
-            for k, v in metrics.items():
-                result.history.setdefault(k, []).append(v)
-            post = {"reward": f"{metrics['reward']:.2f}"}
-            if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
-                ev = {"step": step, **self.evaluate()}
-                result.evals.append(ev)
-                post["pass@1"] = f"{ev['pass@1']:.2f}"
-            if cfg.checkpoint_dir and ((cfg.checkpoint_every and step % cfg.checkpoint_every == 0)
-                                       or step == cfg.max_steps):
-                self.save(Path(cfg.checkpoint_dir) / f"step_{step}")
-            bar.set_postfix(post)
-        return result
+        resume = resume_from_checkpoint if resume_from_checkpoint is not None else cfg.resume_from_checkpoint
+        folder = resolve_checkpoint(cfg, resume)
+        if folder is not None:
+            self.load_checkpoint(folder)
+        if cfg.eval_every and not self.evals:
+            self.evals.append({"step": 0, **self.evaluate()})
+        bar = tqdm(range(self.step_count + 1, cfg.max_steps + 1), desc=f"GRPO {self.task.name}",
+                   disable=not progress, initial=self.step_count, total=cfg.max_steps)
+        with Tracker(cfg.report_to, cfg.logging_dir, "grpo", asdict(cfg)) as tracker:
+            for step in bar:
+                metrics = self.step()
+                self.step_count = step
+                self.history.setdefault("step", []).append(step)
+                for k, v in metrics.items():
+                    self.history.setdefault(k, []).append(v)
+                if should_log(step, cfg.logging_steps, cfg.max_steps):
+                    tracker.log(metrics, step, prefix="train/")
+                bar.set_postfix(self._after_step(step, tracker))
+        return GRPOResult(self.model, self.history, self.evals, asdict(cfg))
+
+    def _after_step(self, step: int, tracker: Tracker) -> dict[str, str]:
+        """Evaluate and save when due; returns the progress bar's postfix."""
+        cfg = self.cfg
+        post = {f"{k}": f"{self.history[k][-1]:.2f}" for k in ("reward", "reward_mean") if k in self.history}
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
+            ev = {"step": step, **self.evaluate()}
+            self.evals.append(ev)
+            tracker.log({k: v for k, v in ev.items() if k != "step"}, step, prefix="eval/")
+            post["pass@1"] = f"{ev['pass@1']:.2f}"
+        if cfg.output_dir is not None and should_save(step, cfg.save_steps, cfg.max_steps):
+            self.save_checkpoint()
+        return post
 
 
 def step_metrics(per_iteration: list[list[dict]], with_kl: bool) -> dict[str, float]:

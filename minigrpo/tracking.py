@@ -1,0 +1,273 @@
+"""Experiment tracking and resumable checkpoints, shared by the trainers.
+
+Tracking (the trainers' ``report_to``, ``logging_dir`` and ``logging_steps`` fields, named as in TRL):
+:class:`Tracker` sends each logged step's scalars to TensorBoard (``torch.utils.tensorboard``, needs the
+``tensorboard`` package), trackio or Weights & Biases, or to nothing (``"none"``, the default). Without a
+``logging_dir`` the logs go to ``runs/<trainer>-<timestamp>``; ``tensorboard --logdir runs`` shows them.
+
+Checkpoints (``output_dir``, ``save_steps``, ``resume_from_checkpoint``): a folder
+``<output_dir>/checkpoint-<step>`` holds the weights in the model's own format (``save_pretrained`` when it
+has one, so the folder loads like any saved model) and ``trainer_state.pt``: the step, the history, the
+optimizer's state and every random state the run draws from (Python's, NumPy's and torch's global
+generators and the trainer's own ``random.Random`` / ``torch.Generator`` / ``numpy`` generators). Loading
+all of it makes a resumed run take exactly the steps an uninterrupted run would have taken.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import random
+import re
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+#: The values ``report_to`` accepts (alone, or several in a list).
+REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
+#: The package each tracker needs (``pip install <package>``).
+PACKAGES = {"tensorboard": "tensorboard", "trackio": "trackio", "wandb": "wandb"}
+CHECKPOINT_PREFIX = "checkpoint-"
+STATE_FILE = "trainer_state.pt"
+
+
+# --------------------------------------------------------------------------- tracking
+def _installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
+
+
+def report_targets(value: str | Iterable[str]) -> tuple[str, ...]:
+    """``report_to`` as a tuple of trackers, without ``"none"`` and duplicates (no check)."""
+    items = [value] if isinstance(value, str) else list(value)
+    return tuple(dict.fromkeys(v for v in items if v != "none"))
+
+
+def check_report_to(cfg: Any, name: str = "report_to") -> None:
+    """The config's ``report_to`` names known trackers whose packages are installed, or one error line."""
+    value = getattr(cfg, name)
+    items = [value] if isinstance(value, str) else list(value)
+    where = f"{type(cfg).__name__}.{name}"
+    for item in items:
+        if item not in REPORT_TO:
+            raise ValueError(f"{where} must be one of {REPORT_TO} or a list of them, got {item!r}")
+    if "none" in items and len(items) > 1:
+        raise ValueError(f"{where} cannot list 'none' with trackers, got {value!r}")
+    for item in report_targets(items):
+        if not _installed(PACKAGES[item]):
+            raise ImportError(f"{where} asks for {item!r}, but the {PACKAGES[item]} package is not installed "
+                              f"(pip install {PACKAGES[item]})")
+
+
+def default_logging_dir(name: str) -> Path:
+    """``runs/<name>-<YYYYmmdd-HHMMSS>`` (relative to the working directory, as TRL and CleanRL do)."""
+    return Path("runs") / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _scalar(value: Any) -> float | None:
+    """A loggable float, or None for what is not a number (strings, lists, tensors with many entries)."""
+    if isinstance(value, torch.Tensor):
+        return float(value) if value.numel() == 1 else None
+    if isinstance(value, (bool, int, float, np.number, np.bool_)):
+        return float(value)
+    return None
+
+
+class Tracker:
+    """Writes scalar metrics to the trackers ``report_to`` names; a no-op for ``"none"``.
+
+    ``log(metrics, step)`` sends every numeric entry of ``metrics`` (others are skipped) as ``prefix + key``
+    at ``step``; ``close()`` flushes and ends the run. Also a context manager.
+    """
+
+    def __init__(self, report_to: str | Iterable[str] = "none", logging_dir: str | Path | None = None,
+                 name: str = "run", config: Mapping[str, Any] | None = None, project: str = "minigrpo"):
+        self.targets = report_targets(report_to)
+        self.logging_dir = Path(logging_dir) if logging_dir else default_logging_dir(name)
+        self._sinks: list[tuple[str, Any]] = []
+        config = json.loads(json.dumps(dict(config or {}), default=str))  # plain values (Paths become str)
+        for target in self.targets:
+            self._sinks.append((target, self._open(target, name, config, project)))
+
+    def _open(self, target: str, name: str, config: dict, project: str):
+        if not _installed(PACKAGES[target]):
+            raise ImportError(f"report_to={target!r} needs the {PACKAGES[target]} package "
+                              f"(pip install {PACKAGES[target]})")
+        if target == "tensorboard":
+            from torch.utils.tensorboard import SummaryWriter
+            writer = SummaryWriter(log_dir=str(self.logging_dir))
+            writer.add_text("config", "```\n" + json.dumps(config, indent=2) + "\n```", 0)
+            return writer
+        # trackio and wandb are optional: imported by name so that the library needs neither
+        module = importlib.import_module(target)
+        if target == "trackio":
+            return module.init(project=project, name=self.logging_dir.name, config=config)
+        self.logging_dir.mkdir(parents=True, exist_ok=True)
+        return module.init(project=project, name=self.logging_dir.name, dir=str(self.logging_dir), config=config)
+
+    @property
+    def active(self) -> bool:
+        return bool(self._sinks)
+
+    def log(self, metrics: Mapping[str, Any], step: int, prefix: str = "") -> None:
+        if not self._sinks:
+            return
+        scalars = {f"{prefix}{k}": v for k, v in ((k, _scalar(v)) for k, v in metrics.items()) if v is not None}
+        for target, sink in self._sinks:
+            if target == "tensorboard":
+                for key, value in scalars.items():
+                    sink.add_scalar(key, value, step)
+            else:  # a trackio Run or a wandb Run
+                sink.log(scalars, step=step)
+
+    def close(self) -> None:
+        for target, sink in self._sinks:
+            if target == "tensorboard":
+                sink.close()
+            else:
+                sink.finish()
+        self._sinks = []
+
+    def __enter__(self) -> Tracker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def should_log(step: int, logging_steps: int, last_step: int) -> bool:
+    """Log every ``logging_steps`` steps, and always the last one."""
+    return step % logging_steps == 0 or step == last_step
+
+
+# --------------------------------------------------------------------------- checkpoints
+def checkpoint_folder(output_dir: str | Path, step: int) -> Path:
+    return Path(output_dir) / f"{CHECKPOINT_PREFIX}{step}"
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The ``checkpoint-<step>`` folder of ``output_dir`` with the highest step that holds a trainer state."""
+    folder = Path(output_dir)
+    found = [(int(m.group(1)), p) for p in folder.glob(f"{CHECKPOINT_PREFIX}*")
+             if (m := re.fullmatch(rf"{CHECKPOINT_PREFIX}(\d+)", p.name)) and (p / STATE_FILE).is_file()]
+    return max(found)[1] if found else None
+
+
+def should_save(step: int, save_steps: int, last_step: int) -> bool:
+    """Save every ``save_steps`` steps (0: never in between), and always at the last one."""
+    return (save_steps > 0 and step % save_steps == 0) or step == last_step
+
+
+def resolve_checkpoint(cfg: Any, value: str | Path | bool | None) -> Path | None:
+    """Where to resume from: ``True`` is the latest checkpoint in ``cfg.output_dir``; a path is that folder."""
+    if value is None or value is False:
+        return None
+    name = type(cfg).__name__
+    if value is True:
+        if cfg.output_dir is None:
+            raise ValueError(f"{name}.resume_from_checkpoint=True needs {name}.output_dir (where to look)")
+        found = latest_checkpoint(cfg.output_dir)
+        if found is None:
+            raise FileNotFoundError(f"{name}.resume_from_checkpoint=True: no {CHECKPOINT_PREFIX}<step> folder "
+                                    f"with a {STATE_FILE} in {cfg.output_dir}")
+        return found
+    path = Path(value)
+    if not (path / STATE_FILE).is_file():
+        raise FileNotFoundError(f"{name}.resume_from_checkpoint: {path} holds no {STATE_FILE} (not a checkpoint)")
+    return path
+
+
+def _generators(owner: Any) -> dict[str, Any]:
+    """The random generators an object holds as attributes (``random.Random``, torch and numpy generators)."""
+    kinds = (random.Random, torch.Generator, np.random.Generator, np.random.RandomState)
+    return {k: v for k, v in vars(owner).items() if isinstance(v, kinds)} if owner is not None else {}
+
+
+def _get(gen: Any) -> Any:
+    if isinstance(gen, random.Random):
+        return gen.getstate()
+    if isinstance(gen, torch.Generator):
+        return gen.get_state()
+    if isinstance(gen, np.random.Generator):
+        return gen.bit_generator.state
+    return gen.get_state()
+
+
+def _set(gen: Any, state: Any) -> None:
+    if isinstance(gen, random.Random):
+        gen.setstate(state)
+    elif isinstance(gen, torch.Generator):
+        gen.set_state(state)
+    elif isinstance(gen, np.random.Generator):
+        gen.bit_generator.state = state
+    else:
+        gen.set_state(state)
+
+
+def rng_state(owner: Any = None) -> dict[str, Any]:
+    """Python's, NumPy's and torch's global random states, CUDA's if present, and ``owner``'s generators."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+             "owned": {k: _get(g) for k, g in _generators(owner).items()}}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], owner: Any = None) -> None:
+    """Restore what :func:`rng_state` recorded (the generators ``owner`` holds under the same names)."""
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    owned = _generators(owner)
+    missing = set(state["owned"]) - set(owned)
+    if missing:
+        raise ValueError(f"the checkpoint has random states for {sorted(missing)}, which the trainer does not hold")
+    for key, value in state["owned"].items():
+        _set(owned[key], value)
+
+
+def save_weights(model: torch.nn.Module, folder: str | Path) -> None:
+    """The weights in the model's own format: ``save_pretrained`` if it has one, else ``model.pt``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "save_pretrained"):
+        model.save_pretrained(folder)
+    else:
+        torch.save(model.state_dict(), folder / "model.pt")
+
+
+def load_weights(model: torch.nn.Module, folder: str | Path) -> None:
+    """Load what :func:`save_weights` wrote into ``model``, in place (its device and dtype are kept)."""
+    folder = Path(folder)
+    if (folder / "model.pt").is_file():
+        state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
+    else:
+        state = type(model).from_pretrained(folder).state_dict()
+    model.load_state_dict(state)
+
+
+def save_state(folder: str | Path, state: Mapping[str, Any], config: Any = None) -> None:
+    """``trainer_state.pt`` (and the config as readable JSON, when given) in ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(state), folder / STATE_FILE)
+    if config is not None:
+        (folder / "trainer_config.json").write_text(json.dumps(config, indent=2, default=str))
+
+
+def load_state(folder: str | Path) -> dict[str, Any]:
+    """What :func:`save_state` wrote. The file holds Python objects (random states, history): load only
+    checkpoints you made or trust, as with any pickle."""
+    return torch.load(Path(folder) / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+__all__ = ["CHECKPOINT_PREFIX", "PACKAGES", "REPORT_TO", "STATE_FILE", "Tracker", "check_report_to",
+           "checkpoint_folder", "default_logging_dir", "latest_checkpoint", "load_state", "load_weights",
+           "report_targets", "resolve_checkpoint", "rng_state", "save_state", "save_weights", "set_rng_state",
+           "should_log", "should_save"]

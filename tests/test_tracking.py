@@ -1,0 +1,137 @@
+"""Tracking (``report_to``) and checkpoints that resume, for the LLM GRPO, diffusion GRPO and PPO trainers.
+
+A resumed run must reproduce an uninterrupted one exactly: same metric history (wall-clock timings
+aside) and the same parameters, bit for bit.
+"""
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
+from minigrpo.llm.models import make_tiny_model
+from minigrpo.llm.tasks import AdditionTask
+from minigrpo.llm.tokenizer import build_char_tokenizer
+from minigrpo.tracking import Tracker, latest_checkpoint
+
+TIMINGS = ("step_time", "sample_time", "seconds", "sps")  # wall-clock: the only entries allowed to differ
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+def same_history(a: dict, b: dict) -> None:
+    assert set(a) == set(b)
+    for key in a:
+        if key in TIMINGS:
+            continue
+        assert len(a[key]) == len(b[key]), key
+        for x, y in zip(a[key], b[key]):
+            assert x == y or (isinstance(x, float) and math.isnan(x) and math.isnan(y)), (key, a[key], b[key])
+
+
+def same_parameters(m1: torch.nn.Module, m2: torch.nn.Module) -> None:
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    assert s1.keys() == s2.keys()
+    for k in s1:
+        assert torch.equal(s1[k], s2[k]), k
+
+
+def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+
+
+def check_logged(folder, history: dict, steps: list[int], prefix: str = "train/") -> None:
+    """Every numeric history entry is in the event file, as float32, at its step; one looked up by name."""
+    scalars = tensorboard_scalars(folder)
+    key = next(k for k in history if k not in ("step", "iteration", *TIMINGS) and len(history[k]) == len(steps))
+    logged = scalars[prefix + key]
+    assert [s for s, _ in logged] == steps
+    for (_, value), expected in zip(logged, history[key]):
+        assert value == np.float32(expected) or (math.isnan(value) and math.isnan(expected))
+    assert len(scalars) >= 3
+
+
+# --------------------------------------------------------------------------- LLM GRPO
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+def llm_trainer(tok, **kw) -> GRPOTrainer:
+    model = make_tiny_model(tok, "llama", seed=0, hidden_size=32, num_layers=1, num_heads=4, num_kv_heads=2)
+    cfg = GRPOConfig(**{"max_steps": 4, "prompts_per_step": 2, "num_generations": 4, "eval_every": 0,
+                        "learning_rate": 1e-2, "beta": 0.04, "num_iterations": 2, **kw})
+    return GRPOTrainer(model, tok, AdditionTask(eval_size=4), cfg)
+
+
+def test_llm_grpo_writes_tensorboard_events(tok, tmp_path):
+    result = llm_trainer(tok, max_steps=2, report_to="tensorboard", logging_dir=str(tmp_path)).train(progress=False)
+    check_logged(tmp_path, result.history, [1, 2])
+
+
+def test_llm_grpo_resume_reproduces_the_uninterrupted_run(tok, tmp_path):
+    straight = llm_trainer(tok).train(progress=False)
+    first = llm_trainer(tok, max_steps=2, output_dir=str(tmp_path)).train(progress=False)
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-2" and len(first.history["step"]) == 2
+    resumed_trainer = llm_trainer(tok, output_dir=str(tmp_path))  # a new trainer on a fresh copy of the base
+    resumed = resumed_trainer.train(progress=False, resume_from_checkpoint=True)
+    assert resumed.history["step"] == [1, 2, 3, 4]
+    same_history(straight.history, resumed.history)
+    same_parameters(straight.model, resumed.model)
+    assert resumed_trainer.opt.state_dict()["state"][0]["step"] == 2 * 4  # μ = 2 optimizer steps per step
+
+
+# --------------------------------------------------------------------------- report_to errors, trackers
+def test_bad_report_to_is_one_line_naming_the_field():
+    for bad in ("tensorbord", ["tensorboard", "mlflow"], ["none", "tensorboard"]):
+        with pytest.raises(ValueError, match=r"^GRPOConfig\.report_to ") as err:
+            GRPOConfig(report_to=bad)
+        assert "\n" not in str(err.value)
+    with pytest.raises(TypeError, match=r"^GRPOConfig\.report_to must be"):
+        GRPOConfig(report_to=3)
+
+
+@pytest.mark.parametrize("package", ["tensorboard", "trackio", "wandb"])
+def test_missing_tracker_package_is_one_line_naming_field_and_package(package, monkeypatch):
+    monkeypatch.setitem(sys.modules, package, None)  # makes the package not importable, on any machine
+    with pytest.raises(ImportError, match=rf"^GRPOConfig\.report_to asks for '{package}'.*pip install {package}\)$") as e:
+        GRPOConfig(report_to=[package])
+    assert "\n" not in str(e.value)
+
+
+def test_tracker_sends_numbers_to_every_target(tmp_path, monkeypatch):
+    import importlib.machinery
+    import types
+
+    calls = []
+
+    class FakeRun:
+        def log(self, metrics, step):
+            calls.append(("log", dict(metrics), step))
+
+        def finish(self):
+            calls.append(("finish",))
+
+    fake = types.ModuleType("trackio")
+    fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
+    fake.init = lambda project, name, config: calls.append(("init", project, name, config)) or FakeRun()
+    monkeypatch.setitem(sys.modules, "trackio", fake)
+    with Tracker(["tensorboard", "trackio", "tensorboard"], tmp_path / "logs", "test", {"lr": 0.5, "dir": tmp_path}) as t:
+        assert t.targets == ("tensorboard", "trackio")
+        t.log({"loss": torch.tensor(1.25), "n": 3, "note": "skipped", "vec": [1, 2]}, step=7, prefix="train/")
+    assert calls == [("init", "minigrpo", "logs", {"lr": 0.5, "dir": str(tmp_path)}),
+                     ("log", {"train/loss": 1.25, "train/n": 3.0}, 7), ("finish",)]
+    assert tensorboard_scalars(tmp_path / "logs") == {"train/loss": [(7, 1.25)], "train/n": [(7, 3.0)]}
+    assert not Tracker("none").active and not Tracker(["none"]).active
