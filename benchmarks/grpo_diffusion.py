@@ -54,7 +54,7 @@ def run_seed(seed: int, steps: int | None = None, progress: bool = True) -> dict
     after = evaluate(result.model, process, reward, eval_seed + 2).mean().item()
     return {"seed": seed, "classifier_acc": acc, "base": base, "base_best_of_4": bo4, "grpo": after,
             "train_s": train_s, "total_s": time.perf_counter() - t0,
-            "curve": result.history["reward_mean"]}
+            "curve": result.history["reward"]}
 
 
 def main() -> None:

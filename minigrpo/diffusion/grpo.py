@@ -15,25 +15,35 @@ One step of :class:`DiffusionGRPOTrainer`:
 3. pick a random ``timestep_fraction`` of each chain's steps (the chain is long and its steps are
    highly correlated: a subset gives nearly the same gradient for a fraction of the compute);
 4. ``num_iterations`` (μ) passes over the chains in ``num_minibatches`` minibatches, each an optimizer
-   step on ``mean over (chain, step) of −min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·KL(π_θ ‖ π_ref)``,
-   with ``ρ = π_θ(x_{t−1} | x_t) / π_old(x_{t−1} | x_t)`` **per step** and the KL to the frozen base
-   model computed exactly (the two Gaussians share σ).
+   step on ``losses.grpo_loss`` with one element per (chain, step): the mean over them of
+   ``−min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·KL(π_θ ‖ π_ref)`` (``loss_type="bnpo"``, every element
+   valid), with ``ρ = π_θ(x_{t−1} | x_t) / π_old(x_{t−1} | x_t)`` **per step** and the KL to the frozen
+   base model computed exactly (the two Gaussians share σ) instead of estimated from log-probs.
+
+Steps 1–3 are :meth:`DiffusionGRPOTrainer.rollout`, the loss of a minibatch
+:meth:`~DiffusionGRPOTrainer.compute_loss`, the update :meth:`~DiffusionGRPOTrainer.optimizer_step`.
+Metrics carry TRL's names where TRL logs the quantity, as the LLM trainer's: ``reward``, ``reward_std``,
+``frac_reward_zero_std``, ``kl``, ``clip_ratio/low_mean``, ``clip_ratio/high_mean``,
+``clip_ratio/region_mean``, ``loss``, ``grad_norm``; ours for ``approx_kl``, ``ratio_min``, ``ratio_max``,
+``log_ratio_abs_max``, ``sample_time``, ``step_time`` (each the mean over the step's minibatches).
 
 With μ = 1 and one minibatch the ratio is exactly 1 and the gradient is REINFORCE over the chain with
 the group mean as baseline; the clip only acts once the weights have moved within a batch.
 
-Config names follow TRL's GRPOConfig / DDPOConfig where the concept is the same (num_generations,
-beta, epsilon, epsilon_high, num_iterations, scale_rewards, learning_rate, max_grad_norm,
-sample_num_steps → num_inference_steps, sample_eta → eta, train_adv_clip_max → adv_clip_max,
-train_timestep_fraction → timestep_fraction).
+Config names follow TRL's GRPOConfig where the concept is the same (num_generations, beta, epsilon,
+epsilon_high, num_iterations, scale_rewards, learning_rate, max_grad_norm); the diffusion-specific ones
+follow the DDPO reference implementation (github.com/kvablack/ddpo-pytorch, ``config.sample`` /
+``config.train``): sample.num_steps → num_inference_steps, sample.eta → eta, train.adv_clip_max →
+adv_clip_max, train.timestep_fraction → timestep_fraction. (TRL's DDPOConfig, which carried the same
+names with ``sample_`` / ``train_`` prefixes, has since been removed from TRL.)
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -44,14 +54,18 @@ from minigrpo._checks import (at_least, check_config_types, check_finite, config
 from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProcess, ddim_scheduler,
                                         gaussian_kl_same_std, unet_output)
-from minigrpo.losses import clipped_surrogate_loss
+from minigrpo.grpo_common import frozen_reference, mean_of, reward_metrics
+from minigrpo.losses import grpo_loss
+from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, load_state, load_weights,
+                               resolve_checkpoint, rng_state, save_state, save_weights, set_rng_state, should_log,
+                               should_save)
 
 RewardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
 class DiffusionGRPOConfig:
-    """GRPO-for-diffusion knobs (TRL GRPOConfig / DDPOConfig names where the concept is the same)."""
+    """GRPO-for-diffusion knobs (TRL GRPOConfig names where the concept is the same, DDPO's for the sampler)."""
 
     max_steps: int = 40  #: GRPO steps (each: sample chains, then num_iterations × num_minibatches optimizer steps)
     prompts_per_step: int = 4  #: distinct prompts (class labels) per step
@@ -74,12 +88,24 @@ class DiffusionGRPOConfig:
     max_grad_norm: float = 1.0  #: global gradient-norm clip
     weight_decay: float = 0.0  #: AdamW weight decay
     seed: int = 0  #: seeds prompts, noise and step subsampling
+    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.tracking)
+    report_to: str | list[str] = "none"
+    logging_dir: str | Path | None = None  #: where the trackers write (None: runs/diffusion-grpo-<timestamp>)
+    logging_steps: int = 1  #: send the metrics to the trackers every this many steps (and at the last)
+    #: save a resumable checkpoint (weights, optimizer, random states, history) to output_dir/checkpoint-<step>
+    output_dir: str | Path | None = None
+    save_steps: int = 0  #: every this many steps (0: only at the end), when output_dir is set
+    #: resume from this checkpoint folder, or True: the latest one in output_dir
+    resume_from_checkpoint: str | Path | bool | None = None
 
     def __post_init__(self):
         check_config_types(self)
         if self.num_generations < 2:
             raise config_error(self, "num_generations", ">= 2", "a group needs a spread")
-        at_least(self, 1, "max_steps", "num_classes", "num_inference_steps", "num_iterations", "num_minibatches")
+        at_least(self, 1, "max_steps", "num_classes", "num_inference_steps", "num_iterations", "num_minibatches",
+                 "logging_steps")
+        at_least(self, 0, "save_steps")
+        check_report_to(self)
         if not 1 <= self.prompts_per_step <= self.num_classes:
             raise config_error(self, "prompts_per_step", f"in [1, num_classes={self.num_classes}]",
                                "the prompts of a step are distinct class labels")
@@ -133,7 +159,8 @@ def grpo_step_loss(process: ReverseProcess, model, chain: Chain, chains: torch.T
                    advantages: torch.Tensor, cfg: DiffusionGRPOConfig, ref_mean: torch.Tensor | None = None):
     """The GRPO loss on the recorded steps ``(chains[i], steps[i, j])``, one forward pass for all of them.
 
-    ``advantages`` is one scalar per chain ``[B]``; each step of a chain gets its chain's advantage.
+    ``advantages`` is one scalar per chain ``[B]``; each step of a chain gets its chain's advantage. With
+    ``ref_mean`` (the frozen base's Gaussian means of the same rows) the exact per-step KL joins the objective.
     Returns ``(loss, stats, mean)``; ``mean`` is the policy's Gaussian mean per (chain, step) row.
     """
     n = steps.shape[1]
@@ -143,14 +170,9 @@ def grpo_step_loss(process: ReverseProcess, model, chain: Chain, chains: torch.T
     t = chain.timesteps[k]
     logp, mean, std = process.step_logprob(model, x_t, x_prev, t, chain.labels[b], cfg.logprob_reduction,
                                            return_mean=True)
-    old = chain.logprobs[b, k]
-    loss, stats = clipped_surrogate_loss(logp, old, advantages[b], cfg.epsilon, cfg.epsilon_high)
-    with torch.no_grad():
-        stats["log_ratio_abs_max"] = (logp - old).abs().max().item()
-    if ref_mean is not None:
-        kl = gaussian_kl_same_std(mean, ref_mean, std, cfg.logprob_reduction).mean()
-        loss = loss + cfg.beta * kl
-        stats["kl_ref"] = kl.item()
+    kl = None if ref_mean is None else gaussian_kl_same_std(mean, ref_mean, std, cfg.logprob_reduction)
+    loss, stats = grpo_loss(logp, chain.logprobs[b, k], advantages[b], None, "bnpo", cfg.epsilon, cfg.epsilon_high,
+                            kl=kl, beta=cfg.beta)
     return loss, stats, mean
 
 
@@ -162,6 +184,24 @@ DIGITS_RECIPE = dict(max_steps=60, prompts_per_step=4, num_generations=8, num_in
 #: The judge's probability at temperature 4: at temperature 1 the probability saturates (lesson 08's
 #: base already scores 0.99 as a best-of-4), which leaves little to learn or to measure.
 DIGITS_REWARD = dict(kind="prob", temperature=4.0)
+
+
+#: The loss statistics a step logs, each the mean over its minibatches (``kl`` only when β > 0).
+STEP_STATS = ("loss", "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "approx_kl",
+              "ratio_min", "ratio_max", "log_ratio_abs_max", "kl")
+
+
+@dataclass
+class DiffusionRollout:
+    """What :meth:`DiffusionGRPOTrainer.rollout` returns: the sampled chains and what the loss needs of them."""
+
+    chain: Chain
+    labels: torch.Tensor  #: [B] the prompts (class labels), groups of G contiguous
+    rewards: torch.Tensor  #: [B] on the CPU
+    advantages: torch.Tensor  #: [B] group advantages, clipped to ±adv_clip_max
+    steps: torch.Tensor  #: [B, n] the steps of each chain trained on
+    ref_mean: torch.Tensor | None  #: [B, n, C, H, W] the base model's Gaussian means there (β > 0)
+    sample_time: float
 
 
 @dataclass
@@ -183,15 +223,19 @@ class DiffusionGRPOTrainer:
         model_fn: how to call the network (see :mod:`minigrpo.diffusion.sampler`).
     """
 
+    def compute_loss(self, rollout: DiffusionRollout, chains: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The GRPO loss of the minibatch ``chains`` (indices into the rollout) over its selected steps."""
+        rm = None if rollout.ref_mean is None else rollout.ref_mean[chains].flatten(0, 1)
+        loss, stats, _ = grpo_step_loss(self.process, self.model, rollout.chain, chains, rollout.steps[chains],
+                                        rollout.advantages, self.cfg, rm)
+        return loss, stats
+
     def __init__(self, model, scheduler, reward_fn: RewardFn, config: DiffusionGRPOConfig | None = None,
                  ref_model=None, model_fn: ModelFn = unet_output):
         self.cfg = cfg = config or DiffusionGRPOConfig()
         self.model, self.reward_fn = model, reward_fn
         self.process = make_process(scheduler, cfg, model_fn)
-        self.ref = None
-        if cfg.beta > 0:
-            self.ref = ref_model if ref_model is not None else copy.deepcopy(model)
-            self.ref.eval().requires_grad_(False)
+        self.ref = frozen_reference(model, cfg.beta, ref_model)
         self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step_count = 0
@@ -203,65 +247,114 @@ class DiffusionGRPOTrainer:
         labels = torch.randperm(cfg.num_classes, generator=self.gen)[:cfg.prompts_per_step]
         return labels.repeat_interleave(cfg.num_generations)
 
-    def step(self) -> dict[str, float]:
-        cfg, G = self.cfg, self.cfg.num_generations
+    @torch.no_grad()
+    def rollout(self) -> DiffusionRollout:
+        """Sample G chains per prompt, score the images, advantages, the steps to train on, π_ref's means."""
+        cfg = self.cfg
         t0 = time.perf_counter()
         device = next(self.model.parameters()).device
         labels = self.prompts().to(device)
         self.model.eval()  # one policy: the same function samples and is scored (no dropout anywhere)
         chain = self.process.sample(self.model, labels, generator=self.gen, reduction=cfg.logprob_reduction)
         rewards = check_rewards(self.reward_fn(chain.images, labels), labels.numel())
-        adv = group_advantages(rewards, G, cfg.scale_rewards).clamp(-cfg.adv_clip_max, cfg.adv_clip_max).to(device)
+        adv = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
+        adv = adv.clamp(-cfg.adv_clip_max, cfg.adv_clip_max).to(device)
         B = labels.numel()
         trainable = chain.stochastic & (chain.stds >= cfg.min_step_std)
         steps = select_steps(trainable, B, cfg.timestep_fraction, self.gen).to(device)
-        t_sample = time.perf_counter() - t0
-
+        sample_time = time.perf_counter() - t0
         ref_mean = None
         if self.ref is not None:
-            with torch.no_grad():
-                n = steps.shape[1]
-                b, k = torch.arange(B, device=device).repeat_interleave(n), steps.reshape(-1)
-                ref_mean = self.process.predict(self.ref, chain.xs[k, b], chain.timesteps[k].to(device),
-                                                labels[b])[0].view(B, n, *chain.xs.shape[2:])
+            n = steps.shape[1]
+            b, k = torch.arange(B, device=device).repeat_interleave(n), steps.reshape(-1)
+            ref_mean = self.process.predict(self.ref, chain.xs[k, b], chain.timesteps[k].to(device),
+                                            labels[b])[0].view(B, n, *chain.xs.shape[2:])
+        return DiffusionRollout(chain, labels, rewards, adv, steps, ref_mean, sample_time)
+
+    def optimizer_step(self, loss: torch.Tensor) -> float:
+        """Backward, clip the global gradient norm, step AdamW; returns the norm before clipping."""
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
+        self.opt.step()
+        return grad_norm
+
+    def step(self) -> dict[str, float]:
+        """One GRPO step: a rollout, then μ passes over it in ``num_minibatches`` optimizer steps."""
+        cfg, t0 = self.cfg, time.perf_counter()
+        ro = self.rollout()
+        B = ro.labels.numel()
         stats, grad_norms = [], []
         for _ in range(cfg.num_iterations):
-            perm = torch.randperm(B, generator=self.gen).to(device)
+            perm = torch.randperm(B, generator=self.gen).to(ro.labels.device)
             for mb in perm.chunk(cfg.num_minibatches):
-                rm = None if ref_mean is None else ref_mean[mb].flatten(0, 1)
-                loss, st, _ = grpo_step_loss(self.process, self.model, chain, mb, steps[mb], adv, cfg, rm)
-                self.opt.zero_grad(set_to_none=True)
-                loss.backward()
-                grad_norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)))
-                self.opt.step()
+                loss, st = self.compute_loss(ro, mb)
+                grad_norms.append(self.optimizer_step(loss))
                 st["loss"] = loss.item()
                 stats.append(st)
         self.step_count += 1
-        group_std = rewards.view(-1, G).std(1)
-        metrics = {
-            "reward_mean": rewards.mean().item(),
-            "reward_std": rewards.std().item(),
-            "zero_std_frac": (group_std == 0).float().mean().item(),
-            "grad_norm": float(np.mean(grad_norms)),
-            "sample_time": t_sample,
-            "step_time": time.perf_counter() - t0,
-        }
-        for key in ("loss", "clip_frac", "approx_kl", "ratio_min", "ratio_max", "log_ratio_abs_max", "kl_ref"):
-            if key in stats[0]:
-                metrics[key] = float(np.mean([s[key] for s in stats]))
+        metrics, _ = reward_metrics(ro.rewards, cfg.num_generations)
+        metrics.update(grad_norm=float(np.mean(grad_norms)), sample_time=ro.sample_time,
+                       step_time=time.perf_counter() - t0)
+        metrics.update(mean_of(stats, STEP_STATS))
         for key, v in metrics.items():
             self.history.setdefault(key, []).append(v)
         return metrics
 
-    def train(self, progress: bool = True, callback: Callable[[int, dict], None] | None = None) -> DiffusionGRPOResult:
-        """Run ``max_steps`` GRPO steps with a tqdm bar; ``callback(step, metrics)`` after each."""
-        bar = tqdm(range(self.cfg.max_steps), desc="GRPO (diffusion)", disable=not progress)
-        for i in bar:
-            m = self.step()
-            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", clip=f"{m.get('clip_frac', 0):.2f}")
-            if callback is not None:
-                callback(i, m)
+    def save_checkpoint(self, folder: str | Path | None = None) -> Path:
+        """A resumable checkpoint (default: ``output_dir/checkpoint-<step>``): the weights (``save_pretrained``
+        when the model has it), and the optimizer, every random state, the step and the history."""
+        if folder is None and self.cfg.output_dir is None:
+            raise ValueError("save_checkpoint() needs a folder, or DiffusionGRPOConfig.output_dir to put "
+                             "checkpoint-<step> in")
+        folder = Path(folder) if folder is not None else checkpoint_folder(self.cfg.output_dir, self.step_count)
+        save_weights(self.model, folder)
+        save_state(folder, {"step": self.step_count, "history": self.history, "optimizer": self.opt.state_dict(),
+                            "rng": rng_state(self)}, asdict(self.cfg))
+        return folder
+
+    def load_checkpoint(self, folder: str | Path) -> None:
+        """Continue from a :meth:`save_checkpoint` folder: weights, optimizer, random states, step, history.
+        Build the trainer as the first run did (same base model, so the reference model is the same)."""
+        state = load_state(folder)
+        load_weights(self.model, folder)
+        self.opt.load_state_dict(state["optimizer"])
+        set_rng_state(state["rng"], self)
+        self.step_count, self.history = state["step"], state["history"]
+
+    def train(self, progress: bool = True, callback: Callable[[int, dict], None] | None = None,
+              resume_from_checkpoint: str | Path | bool | None = None) -> DiffusionGRPOResult:
+        """Run up to ``max_steps`` GRPO steps with a tqdm bar (resuming first if asked, here or in the config);
+        log and save when due; ``callback(step_index, metrics)`` after each (index from 0)."""
+        cfg = self.cfg
+        resume = resume_from_checkpoint if resume_from_checkpoint is not None else cfg.resume_from_checkpoint
+        folder = resolve_checkpoint(cfg, resume)
+        if folder is not None:
+            self.load_checkpoint(folder)
+        bar = tqdm(range(self.step_count + 1, cfg.max_steps + 1), desc="GRPO (diffusion)", disable=not progress,
+                   initial=self.step_count, total=cfg.max_steps)
+        with Tracker(cfg.report_to, cfg.logging_dir, "diffusion-grpo", asdict(cfg)) as tracker:
+            for step in bar:
+                m = self._record(step)
+                if should_log(step, cfg.logging_steps, cfg.max_steps):
+                    tracker.log(m, step, prefix="train/")
+                if cfg.output_dir is not None and should_save(step, cfg.save_steps, cfg.max_steps):
+                    self.save_checkpoint()
+                bar.set_postfix({k: f"{m[k]:.3f}" for k in ("reward", "clip_ratio/region_mean") if k in m})
+                if callback is not None:
+                    callback(step - 1, m)
         return DiffusionGRPOResult(self.model, self.history, asdict(self.cfg))
+
+    def _record(self, step: int) -> dict[str, float]:
+        """Take step number ``step`` and keep its metrics in the history (with the step number)."""
+        before = sum(len(v) for v in self.history.values())
+        metrics = self.step()
+        self.step_count = step
+        if sum(len(v) for v in self.history.values()) == before:  # step() did not record them itself
+            for key, v in metrics.items():
+                self.history.setdefault(key, []).append(v)
+        self.history.setdefault("step", []).append(step)
+        return metrics
 
 
 @torch.no_grad()
