@@ -1,6 +1,7 @@
 """TEACHING COPY WITH PLANTED BUGS. NEVER IMPORTED BY THE REAL TRAINER (minigrpo.llm.grpo).
 
-A small, self-contained GRPO step for lesson 07 and exercise 07. Every classic bug of a GRPO loop is
+A small GRPO step for lesson 07 and exercise 07, on the same objective as the trainers
+(``losses.grpo_loss``, DAPO's token mean over one batch: ``loss_type="bnpo"``). Every classic bug of a GRPO loop is
 planted here behind a switch: ``buggy_grpo_step(..., bugs={"eos_masked"})`` runs the step with that
 one bug, ``bugs=()`` runs it correctly. The step records what a debugger wants to look at (log-probs,
 ratios, KL, advantages, the gradient) in a :class:`StepRecord`, so that the detections of
@@ -20,7 +21,7 @@ import torch
 
 from minigrpo.advantages import group_advantages
 from minigrpo.llm.sampling import Generation, generate, position_ids_from_mask
-from minigrpo.losses import kl_estimate, token_logprobs
+from minigrpo.losses import grpo_loss, kl_estimate, token_logprobs
 
 #: The planted bugs, each switchable on its own, and what goes wrong.
 BUGS: dict[str, str] = {
@@ -40,6 +41,11 @@ BUGS: dict[str, str] = {
                                 "log-probs use it)",
     "ref_no_temperature": "the reference model is scored without the sampling temperature",
 }
+
+
+#: Bugs the shared objective cannot express (it detaches the advantages and refuses NaN ones): with one of them on,
+#: the step computes the loss with :func:`planted_loss`, a local copy of the objective that lets them through.
+OBJECTIVE_BUGS = frozenset({"adv_not_detached", "no_eps"})
 
 
 def check_bugs(bugs: Iterable[str] | None) -> frozenset[str]:
@@ -150,13 +156,14 @@ def buggy_grpo_step(model, ref_model, batch: RolloutBatch, optimizer, cfg: StepC
             a = advantages(logp.detach())
         else:
             a = adv
-        ratio = torch.exp(logp - old)
-        a_tok = a.unsqueeze(-1)
-        per_tok = -torch.min(ratio * a_tok, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * a_tok)
-        kl = kl_estimate(logp, ref, "k3") if ref is not None else torch.zeros_like(logp)
-        if cfg.beta:
-            per_tok = per_tok + cfg.beta * kl
-        loss = (per_tok * mask).sum() / mask.sum().clamp(min=1)  # DAPO: one mean over the counted tokens
+        if bugs & OBJECTIVE_BUGS:
+            loss = planted_loss(logp, old, a, mask, ref, cfg)
+        else:  # the objective of the trainers: one mean over the counted tokens
+            loss, _ = grpo_loss(logp, old, a, mask, "bnpo", cfg.epsilon, ref_logp=ref if cfg.beta else None,
+                                beta=cfg.beta)
+        with torch.no_grad():
+            ratio = torch.exp(logp - old)
+            kl = kl_estimate(logp, ref, "k3") if ref is not None else torch.zeros_like(logp)
         optimizer.zero_grad()
         loss.backward()
         if it == 0:
@@ -173,4 +180,16 @@ def buggy_grpo_step(model, ref_model, batch: RolloutBatch, optimizer, cfg: StepC
     return rec
 
 
-__all__ = ["BUGS", "RolloutBatch", "StepConfig", "StepRecord", "buggy_grpo_step", "check_bugs", "make_batch"]
+def planted_loss(logp, old, advantages, mask, ref, cfg: StepConfig) -> torch.Tensor:
+    """The objective of :func:`~minigrpo.losses.grpo_loss` (``"bnpo"``, k3) written out, *without* its guards: the
+    advantages are neither detached nor checked, so the planted bugs of :data:`OBJECTIVE_BUGS` take effect."""
+    ratio = torch.exp(logp - old)
+    a_tok = advantages.unsqueeze(-1)
+    per_tok = -torch.min(ratio * a_tok, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * a_tok)
+    if cfg.beta:
+        per_tok = per_tok + cfg.beta * kl_estimate(logp, ref, "k3")
+    return (per_tok * mask).sum() / mask.sum().clamp(min=1)
+
+
+__all__ = ["BUGS", "OBJECTIVE_BUGS", "RolloutBatch", "StepConfig", "StepRecord", "buggy_grpo_step", "check_bugs",
+           "make_batch", "planted_loss"]
