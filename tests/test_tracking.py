@@ -135,3 +135,38 @@ def test_tracker_sends_numbers_to_every_target(tmp_path, monkeypatch):
                      ("log", {"train/loss": 1.25, "train/n": 3.0}, 7), ("finish",)]
     assert tensorboard_scalars(tmp_path / "logs") == {"train/loss": [(7, 1.25)], "train/n": [(7, 3.0)]}
     assert not Tracker("none").active and not Tracker(["none"]).active
+
+
+# --------------------------------------------------------------------------- diffusion GRPO
+def diffusion_trainer(**kw):
+    from diffusers import DDPMScheduler, UNet2DModel
+
+    from minigrpo.diffusion.grpo import DiffusionGRPOConfig, DiffusionGRPOTrainer
+    from minigrpo.diffusion.rewards import ink_reward
+
+    torch.manual_seed(0)
+    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, num_class_embeds=10, block_out_channels=(8, 16),
+                       layers_per_block=1, norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"),
+                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    cfg = DiffusionGRPOConfig(**{"max_steps": 4, "prompts_per_step": 2, "num_generations": 2, "num_inference_steps": 3,
+                                 "learning_rate": 1e-3, "beta": 0.1, "timestep_fraction": 0.67, "num_iterations": 2,
+                                 "num_minibatches": 2, **kw})
+    return DiffusionGRPOTrainer(unet, DDPMScheduler(num_train_timesteps=100), ink_reward, cfg)
+
+
+def test_diffusion_grpo_writes_tensorboard_events(tmp_path):
+    result = diffusion_trainer(max_steps=2, report_to="tensorboard", logging_dir=str(tmp_path)).train(progress=False)
+    assert result.history["step"] == [1, 2]
+    check_logged(tmp_path, result.history, [1, 2])
+
+
+def test_diffusion_grpo_resume_reproduces_the_uninterrupted_run(tmp_path):
+    straight = diffusion_trainer().train(progress=False)
+    diffusion_trainer(max_steps=2, output_dir=str(tmp_path), save_steps=1).train(progress=False)
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-2" and (tmp_path / "checkpoint-1").is_dir()
+    seen = []
+    resumed = diffusion_trainer(resume_from_checkpoint=str(tmp_path / "checkpoint-2")).train(
+        progress=False, callback=lambda i, m: seen.append(i))
+    assert seen == [2, 3] and resumed.history["step"] == [1, 2, 3, 4]
+    same_history(straight.history, resumed.history)
+    same_parameters(straight.model, resumed.model)
