@@ -15,7 +15,7 @@ from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.tasks import AdditionTask
 from minigrpo.llm.tokenizer import build_char_tokenizer
-from minigrpo.tracking import Tracker, latest_checkpoint
+from minigrpo.tracking import Tracker, latest_checkpoint, load_state
 
 TIMINGS = ("step_time", "sample_time", "seconds", "sps")  # wall-clock: the only entries allowed to differ
 
@@ -53,14 +53,15 @@ def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:
 
 
 def check_logged(folder, history: dict, steps: list[int], prefix: str = "train/") -> None:
-    """Every numeric history entry is in the event file, as float32, at its step; one looked up by name."""
+    """Every per-step entry of the history is in the event file at its step, with the history's value (as float32)."""
     scalars = tensorboard_scalars(folder)
-    key = next(k for k in history if k not in ("step", "iteration", *TIMINGS) and len(history[k]) == len(steps))
-    logged = scalars[prefix + key]
-    assert [s for s, _ in logged] == steps
-    for (_, value), expected in zip(logged, history[key]):
-        assert value == np.float32(expected) or (math.isnan(value) and math.isnan(expected))
-    assert len(scalars) >= 3
+    keys = [k for k in history if k not in ("step", "iteration", "env_steps") and len(history[k]) == len(steps)]
+    assert len(keys) >= 5
+    for key in keys:
+        logged = scalars[prefix + key]
+        assert [s for s, _ in logged] == steps, key
+        for (_, value), expected in zip(logged, history[key]):
+            assert value == np.float32(expected) or (math.isnan(value) and math.isnan(expected)), key
 
 
 # --------------------------------------------------------------------------- LLM GRPO
@@ -170,3 +171,37 @@ def test_diffusion_grpo_resume_reproduces_the_uninterrupted_run(tmp_path):
     assert seen == [2, 3] and resumed.history["step"] == [1, 2, 3, 4]
     same_history(straight.history, resumed.history)
     same_parameters(straight.model, resumed.model)
+
+
+# --------------------------------------------------------------------------- PPO
+def ppo_config(**kw):
+    from minigrpo.control import PPOConfig
+
+    # 3 envs x 40 steps: CartPole episodes end inside rollouts, so a checkpoint falls mid-episode
+    return PPOConfig(**{"total_timesteps": 4 * 120, "num_envs": 3, "num_steps": 40, "num_minibatches": 2,
+                        "update_epochs": 2, "eval_every_steps": 240, "eval_episodes": 2, **kw})
+
+
+def test_ppo_writes_tensorboard_events(tmp_path):
+    from minigrpo.control import train_ppo
+
+    result = train_ppo(ppo_config(total_timesteps=240, report_to="tensorboard", logging_dir=str(tmp_path)),
+                       progress=False)
+    check_logged(tmp_path, result.history, result.history["env_steps"])
+    assert tensorboard_scalars(tmp_path)["eval/return"] == [(240, np.float32(result.history["eval_return"][0]))]
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_ppo_resume_reproduces_the_uninterrupted_run(env_id, tmp_path):
+    from minigrpo.control import train_ppo
+
+    straight = train_ppo(ppo_config(env_id=env_id), progress=False)
+    saving = train_ppo(ppo_config(env_id=env_id, output_dir=str(tmp_path), save_steps=2), progress=False)
+    same_history(straight.history, saving.history)  # saving changes nothing
+    state = load_state(tmp_path / "checkpoint-2")
+    assert state["collector"]["envs"] is not None and (state["collector"]["ep_length"] > 0).all()  # mid-episode
+    resumed = train_ppo(ppo_config(env_id=env_id, resume_from_checkpoint=str(tmp_path / "checkpoint-2")),
+                        progress=False)
+    assert resumed.history["iteration"] == [1, 2, 3, 4]
+    same_history(straight.history, resumed.history)
+    same_parameters(straight.agent, resumed.agent)

@@ -11,9 +11,12 @@ GAE bootstraps from V(next_obs) after a truncation but not after a termination.
 from __future__ import annotations
 
 import math
+import pickle
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +27,8 @@ from minigrpo._checks import at_least, check_config_types, in_unit_interval, pos
 from minigrpo.advantages import gae
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.rollouts import evaluate
+from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, load_state, resolve_checkpoint, rng_state,
+                               save_state, set_rng_state, should_log, should_save)
 from minigrpo.utils import seed_everything, torch_threads
 
 
@@ -43,14 +48,20 @@ class OnPolicyConfig:
     eval_episodes: int = 10  #: episodes per evaluation
     target_return: float | None = None  #: stop once an evaluation's mean reaches this (None: never)
     reward_scale: float = 1.0  #: rewards are multiplied by this for learning only (logged returns stay raw)
+    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.tracking);
+    #: the step axis is env_steps, as in CleanRL
+    report_to: str | list[str] = "none"
+    logging_dir: str | Path | None = None  #: where the trackers write (None: runs/<trainer>-<env_id>-<timestamp>)
+    logging_steps: int = 1  #: send the metrics to the trackers every this many iterations (and at the last)
 
     def __post_init__(self):
         # Subclasses call this first (super().__post_init__()), then check their own fields.
         check_config_types(self)
         at_least(self, 0, "seed", "eval_every_steps")  # gymnasium refuses negative seeds
-        at_least(self, 1, "total_timesteps", "num_envs", "num_steps", "eval_episodes", "hidden_sizes")
+        at_least(self, 1, "total_timesteps", "num_envs", "num_steps", "eval_episodes", "hidden_sizes", "logging_steps")
         in_unit_interval(self, "gamma", "gae_lambda")
         positive(self, "reward_scale")
+        check_report_to(self)
 
     @property
     def batch_size(self) -> int:
@@ -95,6 +106,39 @@ class RolloutCollector:
         space = envs.single_action_space
         self._discrete = isinstance(space, gym.spaces.Discrete)
         self._low, self._high = (None, None) if self._discrete else (space.low, space.high)
+
+    def state_dict(self) -> dict:
+        """The current observations, the running episode statistics and the vector env itself (pickled: its
+        sub-envs' physics, step counters and random generators), for an exact resume.
+
+        Envs that pickle by their constructor arguments (gymnasium's ``EzPickle``: Box2D, MuJoCo) cannot be
+        restored mid-episode: their state is left out (None) and a resume starts fresh episodes there."""
+        vec = self.envs.unwrapped
+        exact = not any(isinstance(e.unwrapped, gym.utils.EzPickle) for e in getattr(vec, "envs", [None]))
+        envs = None
+        if exact:
+            fns, vec.env_fns = vec.env_fns, None  # the env factories are local functions: not picklable
+            try:
+                envs = pickle.dumps(self.envs)
+            finally:
+                vec.env_fns = fns
+        return {"obs": self.obs.copy(), "ep_return": self.ep_return.copy(), "ep_length": self.ep_length.copy(),
+                "envs": envs}
+
+    def load_state_dict(self, state: dict, seed: int) -> None:
+        """Continue where :meth:`state_dict` was taken; without a saved env state, reset every env with
+        ``seed`` (new episodes, so not what an uninterrupted run would have seen)."""
+        if state["envs"] is None:
+            warnings.warn("these environments cannot be restored mid-episode (EzPickle): the resumed run "
+                          "starts new episodes, so it differs from an uninterrupted run", stacklevel=2)
+            self.obs, _ = self.envs.reset(seed=seed)
+            self.ep_return[:], self.ep_length[:] = 0.0, 0
+            return
+        fns = self.envs.unwrapped.env_fns
+        self.envs.close()
+        self.envs = pickle.loads(state["envs"])
+        self.envs.unwrapped.env_fns = fns
+        self.obs, self.ep_return, self.ep_length = state["obs"].copy(), state["ep_return"].copy(), state["ep_length"].copy()
 
     @torch.no_grad()
     def collect(self, agent: ActorCritic, num_steps: int) -> Rollout:
@@ -151,14 +195,50 @@ class TrainResult:
 
 
 UpdateFn = Callable[[ActorCritic, Rollout, torch.Tensor, torch.Tensor, int], dict[str, float]]
+HISTORY_KEYS = ("iteration", "env_steps", "seconds", "sps", "train_return", "episode_length", "eval_step", "eval_return")
+
+
+@dataclass
+class LoopState:
+    """What the training loop carries from one iteration to the next (saved in checkpoints)."""
+
+    iteration: int = 0
+    env_steps: int = 0
+    next_eval: int = 0
+    recent: list[float] = field(default_factory=list)  #: returns of the last 20 finished episodes
+    seconds: float = 0.0  #: wall-clock seconds spent before this run (a resumed run continues the clock)
+
+
+def save_on_policy_checkpoint(folder: Path, cfg: OnPolicyConfig, agent: ActorCritic, update: UpdateFn,
+                              collector: RolloutCollector, loop: LoopState, result: TrainResult) -> None:
+    """Agent, optimizer (``update.state_dict()``), envs and episode statistics, random states, loop, history."""
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    torch.save(agent.state_dict(), Path(folder, "agent.pt"))
+    save_state(folder, {"step": loop.iteration, "loop": asdict(loop), "history": result.history,
+                        "solved": (result.solved_at_step, result.solved_at_seconds), "update": update.state_dict(),
+                        "collector": collector.state_dict(), "rng": rng_state()}, asdict(cfg))
+
+
+def load_on_policy_checkpoint(folder: Path, cfg: OnPolicyConfig, agent: ActorCritic, update: UpdateFn,
+                              collector: RolloutCollector, result: TrainResult) -> LoopState:
+    state = load_state(folder)
+    agent.load_state_dict(torch.load(Path(folder, "agent.pt"), weights_only=True))
+    update.load_state_dict(state["update"])
+    collector.load_state_dict(state["collector"], seed=cfg.seed + state["step"])
+    set_rng_state(state["rng"])
+    result.history.update(state["history"])
+    result.solved_at_step, result.solved_at_seconds = state["solved"]
+    return LoopState(**state["loop"])
 
 
 def run_on_policy(cfg: OnPolicyConfig, name: str, make_update: Callable[[ActorCritic], UpdateFn],
                   progress: bool = True) -> TrainResult:
-    """The loop shared by every on-policy trainer: rollout → GAE → ``update`` → log → evaluate.
+    """The loop shared by every on-policy trainer: rollout → GAE → ``update`` → log → evaluate (→ save).
 
     ``make_update(agent)`` returns ``update(agent, rollout, advantages, returns, iteration)``, which
-    changes the agent and returns the metrics to log for that iteration.
+    changes the agent and returns the metrics to log for that iteration. Checkpoints (configs with
+    ``output_dir`` / ``resume_from_checkpoint``, such as PPOConfig) need the update to carry
+    ``update.state_dict()`` / ``update.load_state_dict()`` for its optimizer.
     """
     with torch_threads(1):  # tiny networks: one thread is fastest
         seed_everything(cfg.seed)
@@ -166,42 +246,60 @@ def run_on_policy(cfg: OnPolicyConfig, name: str, make_update: Callable[[ActorCr
         agent = ActorCritic(envs.single_observation_space, envs.single_action_space, cfg.hidden_sizes)
         update = make_update(agent)
         collector = RolloutCollector(envs, cfg.seed)
-        result = TrainResult(agent, {k: [] for k in ("iteration", "env_steps", "seconds", "sps", "train_return",
-                                                     "episode_length", "eval_step", "eval_return")}, asdict(cfg))
-        hist = result.history
-        start, env_steps, next_eval = time.perf_counter(), 0, cfg.eval_every_steps
-        recent: list[float] = []
-        bar = tqdm(range(1, cfg.num_iterations + 1), desc=f"{name} {cfg.env_id}", disable=not progress)
-        for it in bar:
-            t0 = time.perf_counter()
-            ro = collector.collect(agent, cfg.num_steps)
-            env_steps += cfg.batch_size
-            adv = gae(ro.rewards * cfg.reward_scale, ro.values, ro.next_values, ro.terminated, ro.truncated,
-                      cfg.gamma, cfg.gae_lambda)
-            returns = adv + ro.values
-            metrics = update(agent, ro, adv, returns, it)
-            metrics["explained_variance"] = explained_variance(ro.values.reshape(-1), returns.reshape(-1))
-            recent = (recent + ro.episode_returns)[-20:]
-            hist["iteration"].append(it)
-            hist["env_steps"].append(env_steps)
-            hist["seconds"].append(time.perf_counter() - start)
-            hist["sps"].append(cfg.batch_size / (time.perf_counter() - t0))
-            hist["train_return"].append(float(np.mean(recent)) if recent else math.nan)
-            hist["episode_length"].append(float(np.mean(ro.episode_lengths)) if ro.episode_lengths else math.nan)
-            for k, v in metrics.items():
-                hist.setdefault(k, []).append(v)
-            post = {"ret": f"{hist['train_return'][-1]:.0f}"}
-            if cfg.eval_every_steps and (env_steps >= next_eval or it == cfg.num_iterations):
-                next_eval += cfg.eval_every_steps
-                ev = float(evaluate(agent, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed).mean())
-                hist["eval_step"].append(env_steps)
-                hist["eval_return"].append(ev)
-                post["eval"] = f"{ev:.0f}"
-                if cfg.target_return is not None and ev >= cfg.target_return and result.solved_at_step is None:
-                    result.solved_at_step = env_steps
-                    result.solved_at_seconds = time.perf_counter() - start
-                    bar.set_postfix(post)
+        result = TrainResult(agent, {k: [] for k in HISTORY_KEYS}, asdict(cfg))
+        loop = LoopState(next_eval=cfg.eval_every_steps)
+        folder = resolve_checkpoint(cfg, getattr(cfg, "resume_from_checkpoint", None))
+        if folder is not None:
+            loop = load_on_policy_checkpoint(folder, cfg, agent, update, collector, result)
+        bar = tqdm(range(loop.iteration + 1, cfg.num_iterations + 1), desc=f"{name} {cfg.env_id}",
+                   disable=not progress, initial=loop.iteration, total=cfg.num_iterations)
+        with Tracker(cfg.report_to, cfg.logging_dir, f"{name.lower()}-{cfg.env_id}", asdict(cfg)) as tracker:
+            start = time.perf_counter() - loop.seconds
+            for it in bar:
+                done = _iteration(cfg, it, agent, update, collector, loop, result, start, tracker)
+                output_dir = getattr(cfg, "output_dir", None)
+                if output_dir is not None and (done or should_save(it, cfg.save_steps, cfg.num_iterations)):
+                    save_on_policy_checkpoint(checkpoint_folder(output_dir, it), cfg, agent, update, collector, loop,
+                                              result)
+                bar.set_postfix({"ret": f"{result.history['train_return'][-1]:.0f}",
+                                 **({"eval": f"{result.history['eval_return'][-1]:.0f}"}
+                                    if result.history["eval_return"] else {})})
+                if done:
                     break
-            bar.set_postfix(post)
-        envs.close()
+        collector.envs.close()
     return result
+
+
+def _iteration(cfg: OnPolicyConfig, it: int, agent: ActorCritic, update: UpdateFn, collector: RolloutCollector,
+               loop: LoopState, result: TrainResult, start: float, tracker: Tracker) -> bool:
+    """One iteration: rollout, GAE, update, history, trackers, evaluation. True once target_return is reached."""
+    hist, t0 = result.history, time.perf_counter()
+    ro = collector.collect(agent, cfg.num_steps)
+    loop.iteration, loop.env_steps = it, loop.env_steps + cfg.batch_size
+    adv = gae(ro.rewards * cfg.reward_scale, ro.values, ro.next_values, ro.terminated, ro.truncated,
+              cfg.gamma, cfg.gae_lambda)
+    returns = adv + ro.values
+    metrics = update(agent, ro, adv, returns, it)
+    metrics["explained_variance"] = explained_variance(ro.values.reshape(-1), returns.reshape(-1))
+    loop.recent = (loop.recent + ro.episode_returns)[-20:]
+    loop.seconds = time.perf_counter() - start
+    row = {"iteration": it, "env_steps": loop.env_steps, "seconds": loop.seconds,
+           "sps": cfg.batch_size / (time.perf_counter() - t0),
+           "train_return": float(np.mean(loop.recent)) if loop.recent else math.nan,
+           "episode_length": float(np.mean(ro.episode_lengths)) if ro.episode_lengths else math.nan, **metrics}
+    for k, v in row.items():
+        hist.setdefault(k, []).append(v)
+    if should_log(it, cfg.logging_steps, cfg.num_iterations):
+        tracker.log({k: v for k, v in row.items() if k not in ("iteration", "env_steps")}, loop.env_steps, "train/")
+    if not (cfg.eval_every_steps and (loop.env_steps >= loop.next_eval or it == cfg.num_iterations)):
+        return False
+    loop.next_eval += cfg.eval_every_steps
+    ev = float(evaluate(agent, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed).mean())
+    hist["eval_step"].append(loop.env_steps)
+    hist["eval_return"].append(ev)
+    tracker.log({"return": ev}, loop.env_steps, "eval/")
+    if cfg.target_return is not None and ev >= cfg.target_return and result.solved_at_step is None:
+        result.solved_at_step = loop.env_steps
+        result.solved_at_seconds = time.perf_counter() - start
+        return True
+    return False

@@ -19,6 +19,7 @@ Metrics, and how to read them:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,10 +46,17 @@ class PPOConfig(OnPolicyConfig):
     vf_coef: float = 0.5  #: weight of the value loss
     max_grad_norm: float = 0.5  #: global gradient-norm clip
     target_kl: float | None = None  #: stop this iteration's epochs once approx_kl exceeds it
+    #: save a resumable checkpoint (agent, optimizer, envs, random states, history) to output_dir/checkpoint-<iteration>
+    output_dir: str | Path | None = None
+    save_steps: int = 0  #: every this many iterations (0: only at the end), when output_dir is set
+    #: resume from this checkpoint folder, or True: the latest one in output_dir. Exact (a resumed run equals an
+    #: uninterrupted one) for envs whose state pickles (classic control); Box2D/MuJoCo envs restart their episodes
+    resume_from_checkpoint: str | Path | bool | None = None
 
     def __post_init__(self):
         super().__post_init__()
         at_least(self, 1, "update_epochs", "num_minibatches")
+        at_least(self, 0, "save_steps")
         positive(self, "learning_rate", "clip_coef", "target_kl")
         non_negative(self, "ent_coef", "vf_coef")
         positive(self, "max_grad_norm", finite=False)  # inf: no clipping
@@ -111,6 +119,7 @@ def make_ppo_update(cfg: PPOConfig):
                 "stopped_early": float(stopped_early),
             }
 
+        update.state_dict, update.load_state_dict = opt.state_dict, opt.load_state_dict  # for checkpoints
         return update
 
     return factory
