@@ -5,7 +5,8 @@ TRPO maximises the surrogate g·Δθ subject to ½ Δθᵀ F Δθ ≤ δ, F bein
 natural gradient F⁻¹g, found without ever forming F:
 
 - ``fisher_vector_product``: v ↦ (F + damping·I) v by differentiating (∇KL · v) once more;
-- ``conjugate_gradient``: solves F x = g from such products alone, in a few iterations;
+- ``conjugate_gradient``: solves F x = g from such products alone, in a few iterations, stopping
+  on a residual relative to ‖g‖ (so the direction does not depend on the gradient's scale);
 - ``backtracking_line_search``: shrinks the step until the surrogate really improves and the
   measured mean KL stays within δ (the quadratic model can be wrong).
 """
@@ -44,22 +45,31 @@ def conjugate_gradient(
     Avp: Callable[[torch.Tensor], torch.Tensor],
     b: torch.Tensor,
     iters: int = 10,
-    tol: float = 1e-10,
+    tol: float = 1e-5,
 ) -> torch.Tensor:
     """Solve ``A x = b`` for symmetric positive-definite A, given only ``Avp(v) = A v``.
 
     Each iteration costs one product; in exact arithmetic it converges in at most ``len(b)``
     iterations, and TRPO stops after ~10 because a rough natural-gradient direction is enough.
-    Stops early once the squared residual ‖b − A x‖² <= ``tol``.
+    Stops early, at the top of an iteration, once the residual is small *relative to b*:
+    ‖b − A x‖ ≤ ``tol``·‖b‖ (tested as rᵀr ≤ tol²·bᵀb, so b = 0 returns x = 0 at once). The rule
+    does not depend on the scale of b (in exact arithmetic c·b gives c·x for any c > 0), so a tiny
+    policy gradient still gets its natural-gradient direction, where an absolute threshold would
+    return x = 0 for it.
     """
     if b.ndim != 1:
         raise ValueError(f"conjugate_gradient expects a flat vector b, got shape {tuple(b.shape)}")
+    if not tol >= 0:
+        raise ValueError(f"conjugate_gradient: tol must be >= 0 (a relative residual), got {tol}")
+    if not bool(torch.isfinite(b).all()):
+        raise ValueError("conjugate_gradient: b contains NaN or inf")
     x = torch.zeros_like(b)
     r = b.clone()  # residual b - A x with x = 0
     p = b.clone()  # search direction
     rr = r @ r
+    stop = tol * tol * rr  # ‖r‖² ≤ tol²·‖b‖²
     for _ in range(iters):
-        if rr <= tol:
+        if rr <= stop:
             break
         Ap = Avp(p)
         pAp = p @ Ap

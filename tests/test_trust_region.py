@@ -18,7 +18,7 @@ def test_conjugate_gradient_matches_a_direct_solve(n):
     M = torch.randn(n, n, generator=g, dtype=torch.float64)
     A = M @ M.T + 0.5 * torch.eye(n, dtype=torch.float64)
     b = torch.randn(n, generator=g, dtype=torch.float64)
-    x = conjugate_gradient(lambda v: A @ v, b, iters=4 * n, tol=1e-24)
+    x = conjugate_gradient(lambda v: A @ v, b, iters=4 * n, tol=1e-13)
     torch.testing.assert_close(x, torch.linalg.solve(A, b), rtol=1e-8, atol=1e-8)
 
 
@@ -32,6 +32,70 @@ def test_conjugate_gradient_refuses_an_indefinite_matrix():
     A = torch.diag(torch.tensor([1.0, -1.0]))
     with pytest.raises(ValueError, match="positive definite"):
         conjugate_gradient(lambda v: A @ v, torch.tensor([0.0, 1.0]))
+
+
+def _relative_residual(A, b, x):
+    return ((b - A @ x).norm() / b.norm()).item()
+
+
+def test_conjugate_gradient_stops_on_a_residual_relative_to_b():
+    """‖b − A x‖ ≤ tol·‖b‖: the same iteration, and the same direction, at every scale of b. On this
+    30×30 system (condition number 10) the relative residual is 1.49e-5 after 16 iterations and 5.3e-6
+    after 17, so the default tol = 1e-5 stops after 17 products whether ‖b‖ is 1e-8, 1 or 1e4. An absolute
+    threshold (the former rᵀr ≤ 1e-10) returned x = 0 for ‖b‖ = 1e-8: the TRPO step vanished."""
+    from minigrpo.grading.ex03 import random_spd
+
+    A = random_spd(30, seed=11, cond=10.0)
+    b = torch.randn(30, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    b = b / b.norm()
+    solutions = {}
+    for scale in (1.0, 1e-8, 1e4):
+        calls = []
+
+        def Avp(v):
+            calls.append(1)
+            return A @ v
+
+        x = conjugate_gradient(Avp, scale * b, iters=100)
+        assert len(calls) == 17, (scale, len(calls))
+        assert _relative_residual(A, scale * b, x) <= 1e-5
+        solutions[scale] = x / scale
+    assert _relative_residual(A, b, conjugate_gradient(lambda v: A @ v, b, iters=16)) > 1e-5  # not one sooner
+    for scale in (1e-8, 1e4):
+        torch.testing.assert_close(solutions[scale], solutions[1.0], rtol=1e-10, atol=0)
+
+
+def test_a_tiny_policy_gradient_gets_the_same_natural_gradient_direction():
+    """float32, as in the trainer: the Fisher system of a small policy with g scaled by 1e-8 (‖g‖ ~ 1e-9)
+    gives the direction of the unscaled g; the solution scales by 1e-8 (to float32 rounding)."""
+    torch.manual_seed(0)
+    policy = CategoricalMLPPolicy(4, 2, (16,))
+    params = list(policy.parameters())
+    obs = torch.randn(64, 4)
+    actions = torch.randint(0, 2, (64,))
+    adv = torch.randn(64)
+    with torch.no_grad():
+        old_logits = policy.logits_net(obs)
+
+    def mean_kl():
+        return torch.distributions.kl_divergence(torch.distributions.Categorical(logits=old_logits), policy(obs)).mean()
+
+    g = flat_grad((policy.log_prob(obs, actions) * adv).mean(), params)
+    fvp = fisher_vector_product(mean_kl, params, damping=0.1)
+    x = conjugate_gradient(fvp, g, iters=10)
+    x_tiny = conjugate_gradient(fvp, 1e-8 * g, iters=10)
+    assert x_tiny.norm() > 0, "CG returned x = 0 for a small gradient"
+    cos = (x @ x_tiny / (x.norm() * x_tiny.norm())).item()
+    assert cos > 1 - 1e-5, cos
+    torch.testing.assert_close(x_tiny / 1e-8, x, rtol=1e-3, atol=1e-6 * x.abs().max().item())
+
+
+def test_conjugate_gradient_refuses_a_negative_tolerance_and_a_non_finite_b():
+    A = torch.eye(2)
+    with pytest.raises(ValueError, match="tol must be >= 0"):
+        conjugate_gradient(lambda v: A @ v, torch.ones(2), tol=-1e-5)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        conjugate_gradient(lambda v: A @ v, torch.tensor([1.0, float("nan")]))
 
 
 def test_fisher_vector_product_matches_an_explicit_fisher_matrix():
