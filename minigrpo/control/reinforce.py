@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,6 +22,7 @@ from minigrpo.advantages import reward_to_go
 from minigrpo.control.policies import CategoricalMLPPolicy, MLPValue
 from minigrpo.control.rollouts import Episode, collect_episodes, evaluate, make_envs
 from minigrpo.losses import reinforce_loss
+from minigrpo.tracking import Tracker, check_report_to, should_log
 from minigrpo.utils import seed_everything, torch_threads
 
 RETURNS = ("reward_to_go", "episode")
@@ -46,13 +48,20 @@ class ReinforceConfig:
     eval_every: int = 10  #: evaluate the greedy policy every this many iterations (0: never)
     eval_episodes: int = 10  #: episodes per evaluation
     target_return: float | None = 475.0  #: stop once the evaluation mean reaches this (None: never)
+    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.tracking);
+    #: the step axis is env_steps
+    report_to: str | list[str] = "none"
+    logging_dir: str | Path | None = None  #: where the trackers write (None: runs/reinforce-<env_id>-<timestamp>)
+    logging_steps: int = 1  #: send the metrics to the trackers every this many iterations (and at the last)
 
     def __post_init__(self):
         check_config_types(self)
         one_of(self, "returns", RETURNS)
         one_of(self, "baseline", BASELINES)
         at_least(self, 0, "seed", "eval_every")  # gymnasium refuses negative seeds
-        at_least(self, 1, "iterations", "episodes_per_iter", "value_iters", "eval_episodes", "hidden_sizes")
+        at_least(self, 1, "iterations", "episodes_per_iter", "value_iters", "eval_episodes", "hidden_sizes",
+                 "logging_steps")
+        check_report_to(self)
         in_unit_interval(self, "gamma")
         positive(self, "lr", "value_lr")
 
@@ -122,11 +131,13 @@ def train_reinforce(
     History keys: ``iteration, env_steps, seconds, train_return, episode_length, policy_loss,
     value_loss, entropy`` per iteration, and ``eval_step, eval_return`` per evaluation.
     """
-    with torch_threads(1):  # tiny networks: one thread is fastest (see torch_threads)
-        return _train_reinforce(config or ReinforceConfig(), progress, loss_fn, returns_fn)
+    cfg = config or ReinforceConfig()
+    with torch_threads(1), Tracker(cfg.report_to, cfg.logging_dir, f"reinforce-{cfg.env_id}", asdict(cfg)) as tracker:
+        return _train_reinforce(cfg, progress, loss_fn, returns_fn, tracker)
 
 
-def _train_reinforce(cfg: ReinforceConfig, progress: bool, loss_fn: Callable, returns_fn: Callable) -> ReinforceResult:
+def _train_reinforce(cfg: ReinforceConfig, progress: bool, loss_fn: Callable, returns_fn: Callable,
+                     tracker: Tracker) -> ReinforceResult:
     seed_everything(cfg.seed)
     envs = make_envs(cfg.env_id, cfg.episodes_per_iter, seed=cfg.seed)
     obs_dim = envs[0].observation_space.shape[0]
@@ -181,11 +192,14 @@ def _train_reinforce(cfg: ReinforceConfig, progress: bool, loss_fn: Callable, re
         hist["value_loss"].append(value_loss)
         hist["entropy"].append(dist.entropy().mean().item())
         bar.set_postfix(ret=f"{hist['train_return'][-1]:.0f}")
+        if should_log(it, cfg.logging_steps, cfg.iterations):
+            tracker.log({k: hist[k][-1] for k in keys[2:8]}, env_steps, prefix="train/")
 
         if cfg.eval_every and (it % cfg.eval_every == 0 or it == cfg.iterations):
             ev = float(evaluate(policy, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed).mean())
             hist["eval_step"].append(env_steps)
             hist["eval_return"].append(ev)
+            tracker.log({"return": ev}, env_steps, prefix="eval/")
             bar.set_postfix(ret=f"{hist['train_return'][-1]:.0f}", eval=f"{ev:.0f}")
             if cfg.target_return is not None and ev >= cfg.target_return:
                 result.solved_at_step = env_steps
