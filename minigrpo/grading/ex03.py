@@ -38,7 +38,7 @@ def _random_vec(n: int, seed: int) -> torch.Tensor:
 
 
 def _cg_skeleton(Avp, b, iters, tol, *, x0=None, update_r=True, r_sign=-1.0, beta="fr", conjugate=True,
-                 stop=True):
+                 stop="relative"):
     """CG with a switch for each typical mistake. The input check is kept, so that each wrong answer
     differs from the reference by its one mistake only."""
     if b.ndim != 1:
@@ -47,8 +47,10 @@ def _cg_skeleton(Avp, b, iters, tol, *, x0=None, update_r=True, r_sign=-1.0, bet
     r = b.clone()
     p = b.clone()
     rr = r @ r
+    # the stopping rule: r·r ≤ tol²·(b·b) (the reference), or one of two typical mistakes
+    threshold = {"relative": tol * tol * rr, "absolute": tol * tol, "tol_not_squared": tol * rr}.get(stop)
     for _ in range(iters):
-        if stop and rr < tol:
+        if threshold is not None and rr <= threshold:
             break
         Ap = Avp(p)
         alpha = rr / (p @ Ap)
@@ -64,28 +66,36 @@ def _cg_skeleton(Avp, b, iters, tol, *, x0=None, update_r=True, r_sign=-1.0, bet
     return x
 
 
-def _cg_no_residual_update(Avp, b, iters=10, tol=1e-10):
+def _cg_no_residual_update(Avp, b, iters=10, tol=1e-5):
     return _cg_skeleton(Avp, b, iters, tol, update_r=False)
 
 
-def _cg_residual_sign(Avp, b, iters=10, tol=1e-10):
+def _cg_residual_sign(Avp, b, iters=10, tol=1e-5):
     return _cg_skeleton(Avp, b, iters, tol, r_sign=+1.0)
 
 
-def _cg_beta_inverted(Avp, b, iters=10, tol=1e-10):
+def _cg_beta_inverted(Avp, b, iters=10, tol=1e-5):
     return _cg_skeleton(Avp, b, iters, tol, beta="inverted")
 
 
-def _cg_steepest_descent(Avp, b, iters=10, tol=1e-10):
+def _cg_steepest_descent(Avp, b, iters=10, tol=1e-5):
     return _cg_skeleton(Avp, b, iters, tol, conjugate=False)
 
 
-def _cg_start_at_b(Avp, b, iters=10, tol=1e-10):
+def _cg_start_at_b(Avp, b, iters=10, tol=1e-5):
     return _cg_skeleton(Avp, b, iters, tol, x0=b)
 
 
-def _cg_no_stopping_test(Avp, b, iters=10, tol=1e-10):
-    return _cg_skeleton(Avp, b, iters, tol, stop=False)
+def _cg_no_stopping_test(Avp, b, iters=10, tol=1e-5):
+    return _cg_skeleton(Avp, b, iters, tol, stop=None)
+
+
+def _cg_absolute_tolerance(Avp, b, iters=10, tol=1e-5):
+    return _cg_skeleton(Avp, b, iters, tol, stop="absolute")
+
+
+def _cg_tol_not_squared(Avp, b, iters=10, tol=1e-5):
+    return _cg_skeleton(Avp, b, iters, tol, stop="tol_not_squared")
 
 
 def _solve(A: torch.Tensor, b: torch.Tensor, iters: int, tol: float | None = None):
@@ -98,6 +108,15 @@ def _solve(A: torch.Tensor, b: torch.Tensor, iters: int, tol: float | None = Non
 
 _A2 = [[4.0, 1.0], [1.0, 3.0]]
 
+
+def _unit_vec(n: int, seed: int, norm: float) -> torch.Tensor:
+    v = _random_vec(n, seed)
+    return norm * v / v.norm()
+
+
+_STOP_HINT = ("stop at the top of an iteration once ‖r‖ ≤ tol·‖b‖, i.e. r·r ≤ tol²·(b·b), with b·b computed "
+              "once from the b you were given")
+
 CG_CASES = [
     Case("diagonal 3×3: exact after 3 iterations", "A = diag(1, 2, 4), b = [1, 1, 1], iters = 3",
          _solve(torch.diag(_t([1.0, 2.0, 4.0])), _t([1.0, 1.0, 1.0]), 3)),
@@ -106,18 +125,29 @@ CG_CASES = [
     Case("fewer iterations than unknowns: the CG iterate after 2 steps",
          "A = a random 6×6 SPD matrix (seed 3), b = random (seed 4), iters = 2",
          lambda f: _solve(random_spd(6, 3), _random_vec(6, 4), 2)(f), rtol=1e-7, atol=1e-10),
-    Case("b = 0 gives x = 0 (the loop must stop: r·r = 0 < tol)", "A = diag(1, 2, 4), b = [0, 0, 0], iters = 3",
+    Case("b = 0 gives x = 0 (the loop must stop: ‖r‖ = 0 ≤ tol·‖b‖ = 0)", "A = diag(1, 2, 4), b = [0, 0, 0], iters = 3",
          _solve(torch.diag(_t([1.0, 2.0, 4.0])), torch.zeros(3, dtype=torch.float64), 3),
-         hint="with b = 0 the residual is 0 from the start; stop when r·r < tol before dividing by pᵀAp = 0."),
+         hint="with b = 0 the residual is 0 from the start: " + _STOP_HINT + " (≤, not <: here both sides are 0), "
+              "before dividing by pᵀAp = 0."),
+    Case("a tiny b (‖b‖ ≈ 1.7e-8) gets the same solution, scaled: x = 1e-8·[1, 0.5, 0.25]",
+         "A = diag(1, 2, 4), b = 1e-8·[1, 1, 1], iters = 3 (tol left at its default, 1e-5)",
+         _solve(torch.diag(_t([1.0, 2.0, 4.0])), 1e-8 * _t([1.0, 1.0, 1.0]), 3), rtol=1e-7, atol=1e-20,
+         hint="the stop must be relative to b: " + _STOP_HINT + ". A small policy gradient is a small b, and "
+              "it still needs its natural-gradient direction."),
+    Case("stops as soon as ‖r‖ ≤ tol·‖b‖: after 11 iterations (‖r‖/‖b‖ = 1.9e-3 after 10, 8.5e-4 after 11)",
+         "A = SPD 30×30 with eigenvalues from 1 to 10 (seed 11), b random (seed 12) scaled to ‖b‖ = 100, "
+         "iters = 100, tol = 1e-3",
+         lambda f: _solve(random_spd(30, 11, cond=10.0), _unit_vec(30, 12, 100.0), 100, tol=1e-3)(f),
+         rtol=1e-9, atol=1e-12, hint=_STOP_HINT + "; here that is ‖r‖ ≤ 0.1."),
     Case("b must be a flat vector: shape (3, 1) is refused with a ValueError", "b of shape (3, 1)",
          lambda f: f(lambda v: v, torch.ones(3, 1, dtype=torch.float64), 3),
          hint="check `b.ndim == 1` first and raise ValueError otherwise (CG works on flat parameter vectors)."),
     Case("random SPD 20×20 (condition number 1e3), run to convergence",
-         "A = SPD 20×20 with eigenvalues from 1 to 1000 (seed 5), b random (seed 6), iters = 200, tol = 1e-24",
-         lambda f: _solve(random_spd(20, 5, cond=1e3), _random_vec(20, 6), 200, tol=1e-24)(f),
+         "A = SPD 20×20 with eigenvalues from 1 to 1000 (seed 5), b random (seed 6), iters = 200, tol = 1e-12",
+         lambda f: _solve(random_spd(20, 5, cond=1e3), _random_vec(20, 6), 200, tol=1e-12)(f),
          quick=False, rtol=1e-6, atol=1e-9),
     Case("random SPD 40×40, exactly 40 iterations", "A = random SPD 40×40 (seed 7), b random (seed 8), iters = 40, "
-         "tol = 1e-24", lambda f: _solve(random_spd(40, 7), _random_vec(40, 8), 40, tol=1e-24)(f),
+         "tol = 1e-12", lambda f: _solve(random_spd(40, 7), _random_vec(40, 8), 40, tol=1e-12)(f),
          quick=False, rtol=1e-6, atol=1e-9),
 ]
 
@@ -126,8 +156,14 @@ CONJUGATE_GRADIENT = Item(
     reference=conjugate_gradient, cases=CG_CASES,
     wrong_answers=[
         WrongAnswer("no stopping test", _cg_no_stopping_test,
-                    "the result is NaN when b = 0: stop as soon as r·r < tol (before computing α = r·r / pᵀAp, "
-                    "which would be 0/0)."),
+                    "the result is NaN when b = 0: " + _STOP_HINT + " — with ≤, not < (0 ≤ 0) — before computing "
+                    "α = r·r / pᵀAp, which would be 0/0."),
+        WrongAnswer("absolute tolerance", _cg_absolute_tolerance,
+                    "the stop is absolute: r·r ≤ tol² does not depend on b, so a tiny b (a small policy gradient) "
+                    "stops at once with x = 0, and a large one iterates too long. Make it relative: r·r ≤ tol²·(b·b)."),
+        WrongAnswer("tol not squared", _cg_tol_not_squared,
+                    "tol bounds the norm ratio ‖r‖/‖b‖, so compare squared norms with tol²: r·r ≤ tol²·(b·b) "
+                    "(r·r ≤ tol·(b·b) stops at ‖r‖ ≤ √tol·‖b‖, far too early)."),
         WrongAnswer("residual not updated", _cg_no_residual_update,
                     "the residual r = b − A x must follow x: after x ← x + α p, update r ← r − α A p."),
         WrongAnswer("residual sign", _cg_residual_sign,

@@ -21,7 +21,7 @@ def test_cg_matches_a_direct_solve(learner_fn, n, cond):
     cg = learner_fn(EXERCISE, "conjugate_gradient")
     A = random_spd(n, seed=n, cond=cond)
     b = torch.randn(n, generator=torch.Generator().manual_seed(1000 + n), dtype=torch.float64)
-    x = cg(lambda v: A @ v, b.clone(), 10 * n, 1e-26)
+    x = cg(lambda v: A @ v, b.clone(), 10 * n, 1e-13)
     torch.testing.assert_close(x, torch.linalg.solve(A, b), rtol=1e-6, atol=1e-8)
 
 
@@ -30,7 +30,7 @@ def test_cg_is_exact_in_n_steps_on_distinct_eigenvalues(learner_fn):
     cg = learner_fn(EXERCISE, "conjugate_gradient")
     A = random_spd(6, seed=42, cond=10.0)
     b = torch.ones(6, dtype=torch.float64)
-    x = cg(lambda v: A @ v, b, 6, 1e-30)
+    x = cg(lambda v: A @ v, b, 6, 1e-15)
     torch.testing.assert_close(A @ x, b, rtol=1e-8, atol=1e-8)
 
 
@@ -41,7 +41,7 @@ def test_cg_needs_only_as_many_iterations_as_distinct_eigenvalues(learner_fn):
     eig = torch.cat([torch.full((25,), 1.0), torch.full((25,), 7.0)]).double()
     A = (q * eig) @ q.T
     b = torch.randn(50, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    x = cg(lambda v: A @ v, b, 2, 1e-30)
+    x = cg(lambda v: A @ v, b, 2, 1e-15)
     torch.testing.assert_close(x, torch.linalg.solve(A, b), rtol=1e-8, atol=1e-8)
 
 
@@ -54,7 +54,7 @@ def test_cg_uses_one_product_per_iteration_and_respects_iters(learner_fn):
         calls.append(1)
         return A @ v
 
-    cg(Avp, torch.ones(10, dtype=torch.float64), 4, 1e-30)
+    cg(Avp, torch.ones(10, dtype=torch.float64), 4, 1e-15)
     assert len(calls) <= 5, f"{len(calls)} products for 4 iterations: one per iteration is enough"
 
 
@@ -62,6 +62,30 @@ def test_cg_does_not_modify_b(learner_fn):
     b = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
     learner_fn(EXERCISE, "conjugate_gradient")(lambda v: 2 * v, b, 3)
     assert b.tolist() == [1.0, 2.0, 3.0], "conjugate_gradient changed the vector b it was given"
+
+
+def test_cg_stops_relative_to_b_at_every_scale(learner_fn):
+    """‖r‖ ≤ tol·‖b‖: b scaled by 1e-8, 1 or 1e4 takes the same number of products and gives the same direction.
+    On this system (condition number 10) ‖r‖/‖b‖ is 1.5e-5 after 16 iterations and 5.3e-6 after 17, so the
+    default tol = 1e-5 stops after 17, far from the boundary; an absolute threshold stops at once for 1e-8·b."""
+    cg = learner_fn(EXERCISE, "conjugate_gradient")
+    A = random_spd(30, seed=11, cond=10.0)
+    b = torch.randn(30, generator=torch.Generator().manual_seed(12), dtype=torch.float64)
+    b = b / b.norm()
+    solutions, products = {}, {}
+    for scale in (1.0, 1e-8, 1e4):
+        calls = []
+
+        def Avp(v):
+            calls.append(1)
+            return A @ v
+
+        solutions[scale] = cg(Avp, scale * b, 100) / scale
+        products[scale] = len(calls)
+    assert products[1e-8] == products[1.0] == products[1e4], f"products at ‖b‖ = 1e-8, 1, 1e4: {products}"
+    assert 17 <= products[1.0] <= 18, f"{products[1.0]} products: stop once ‖r‖ ≤ 1e-5·‖b‖ (after 17 iterations)"
+    for scale in (1e-8, 1e4):
+        torch.testing.assert_close(solutions[scale], solutions[1.0], rtol=1e-9, atol=0)
 
 
 # ----------------------------------------------------------------------------- 03.2 fisher_vector_product
