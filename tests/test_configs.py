@@ -50,6 +50,12 @@ WRONG_TYPES = [
 
 # (config, keyword arguments with a value of the right type but out of range, the field)
 BAD_VALUES = [
+    (GRPOConfig, dict(report_to="tb"), "report_to"),
+    (GRPOConfig, dict(logging_steps=0), "logging_steps"),
+    (GRPOConfig, dict(save_steps=-1), "save_steps"),
+    (PPOConfig, dict(save_steps=-1), "save_steps"),
+    (PPOConfig, dict(report_to="tb"), "report_to"),
+    (DiffusionGRPOConfig, dict(report_to="tb"), "report_to"),
     (GRPOConfig, dict(beta=-1), "beta"),
     (GRPOConfig, dict(epsilon=0.0), "epsilon"),
     (GRPOConfig, dict(epsilon=-0.2), "epsilon"),
