@@ -13,7 +13,7 @@ import torch
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.sampling import generate, position_ids_from_mask
 from minigrpo.llm.tokenizer import build_char_tokenizer
-from minigrpo.losses import aggregate, clipped_surrogate_terms, kl_estimate, token_logprobs
+from minigrpo.losses import grpo_loss, token_logprobs
 
 EXERCISE = "06"
 
@@ -100,11 +100,8 @@ def _value_and_grad(fn, logp, *args, **kwargs):
 
 
 def _package_loss(logp, old, ref, adv, mask, epsilon=0.2, beta=0.04):
-    """How GRPOTrainer.step combines the package's pieces (loss_type="dapo": one token mean; ``aggregate`` keeps
-    float64 where ``token_weights`` works in float32)."""
-    per_tok, _ = clipped_surrogate_terms(logp, old, adv.unsqueeze(-1).expand_as(logp), epsilon, epsilon)
-    per_tok = per_tok + beta * kl_estimate(logp, ref, "k3")
-    return aggregate(per_tok, mask, "mean")
+    """The trainer's objective, ``losses.grpo_loss`` with loss_type="dapo" (one token mean), in float64."""
+    return grpo_loss(logp, old, adv, mask, "dapo", epsilon, ref_logp=ref, beta=beta)[0]
 
 
 @pytest.mark.parametrize("epsilon,beta", [(0.2, 0.04), (0.1, 0.0), (0.3, 0.5)])
