@@ -183,8 +183,9 @@ def tis_rounding(seed: int) -> dict[str, float]:
     import test_tis as t
     from minigrpo.llm.tokenizer import build_char_tokenizer
     metrics, _ = t._step(build_char_tokenizer(), vllm_importance_sampling_correction=True, model_seed=seed)
-    return {"gap_mean": metrics["sampler_trainer_gap_mean"],
-            "weight_off_1": max(abs(metrics["is_weight_min"] - 1), abs(metrics["is_weight_max"] - 1))}
+    w_min, w_max = metrics["sampling/importance_sampling_ratio/min"], metrics["sampling/importance_sampling_ratio/max"]
+    return {"gap_mean": metrics["sampling/sampling_logp_difference/mean"],
+            "weight_off_1": max(abs(w_min - 1), abs(w_max - 1))}
 
 
 def grading_ex04(seed: int) -> dict[str, float]:
