@@ -365,7 +365,7 @@ class GRPOTrainer:
     def _after_step(self, step: int, tracker: Tracker) -> dict[str, str]:
         """Evaluate and save when due; returns the progress bar's postfix."""
         cfg = self.cfg
-        post = {f"{k}": f"{self.history[k][-1]:.2f}" for k in ("reward", "reward_mean") if k in self.history}
+        post = {"reward": f"{self.history['reward'][-1]:.2f}"}
         if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
             ev = {"step": step, **self.evaluate()}
             self.evals.append(ev)
