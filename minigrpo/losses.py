@@ -127,6 +127,20 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor | None = None, mode: str 
     return (values * m).sum() / norm
 
 
+def _surrogate_inputs(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                      mask: torch.Tensor | None) -> torch.Tensor:
+    """Check the shapes of a clipped objective's inputs; return the advantages broadcast to ``logp``
+    (one per row, ``[B]`` for ``[B, T]``, is spread over the row)."""
+    check_same_shape(logp, old_logp, "logp", "old_logp")
+    if advantages.ndim == logp.ndim - 1 and advantages.shape == logp.shape[:-1]:
+        advantages = advantages.unsqueeze(-1).expand_as(logp)
+    check_same_shape(logp, advantages, "logp", "advantages")
+    check_finite(advantages, "advantages")
+    if mask is not None:
+        check_same_shape(logp, mask, "logp", "mask")
+    return advantages
+
+
 def clipped_surrogate_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -158,13 +172,8 @@ def clipped_surrogate_loss(
         elements whose gradient the clip removed), ``clip_frac_low``, ``clip_frac_high``,
         ``ratio_mean``, ``ratio_min``, ``ratio_max`` and ``approx_kl`` (k3 estimate of KL(old ‖ new)).
     """
-    check_same_shape(logp, old_logp, "logp", "old_logp")
-    if advantages.ndim == logp.ndim - 1 and advantages.shape == logp.shape[:-1]:
-        advantages = advantages.unsqueeze(-1).expand_as(logp)
-    check_same_shape(logp, advantages, "logp", "advantages")
-    check_finite(advantages, "advantages")
+    advantages = _surrogate_inputs(logp, old_logp, advantages, mask)
     if mask is not None:
-        check_same_shape(logp, mask, "logp", "mask")
         mask = mask.to(torch.bool)
     eps_low = float(clip_eps)
     eps_high = eps_low if clip_eps_high is None else float(clip_eps_high)
@@ -253,13 +262,7 @@ def grpo_loss(
     """
     if loss_type not in LOSS_TYPES:
         raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
-    check_same_shape(logp, old_logp, "logp", "old_logp")
-    if advantages.ndim == logp.ndim - 1 and advantages.shape == logp.shape[:-1]:
-        advantages = advantages.unsqueeze(-1).expand_as(logp)
-    check_same_shape(logp, advantages, "logp", "advantages")
-    check_finite(advantages, "advantages")
-    if mask is not None:
-        check_same_shape(logp, mask, "logp", "mask")
+    advantages = _surrogate_inputs(logp, old_logp, advantages, mask)
     eps_high = epsilon if epsilon_high is None else epsilon_high
     if not (0 <= epsilon < 1 and eps_high >= 0):
         raise ValueError(f"epsilon must be in [0, 1) and epsilon_high >= 0, got {epsilon} and {eps_high}")

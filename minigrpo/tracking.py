@@ -267,7 +267,25 @@ def load_state(folder: str | Path) -> dict[str, Any]:
     return torch.load(Path(folder) / STATE_FILE, map_location="cpu", weights_only=False)
 
 
+def trainer_state(trainer: Any, **extra: Any) -> dict[str, Any]:
+    """What a GRPO trainer's checkpoint holds besides the weights: its step, history, optimizer state and
+    every random state (``trainer`` has ``step_count``, ``history`` and ``opt``)."""
+    return {"step": trainer.step_count, "history": trainer.history, "optimizer": trainer.opt.state_dict(),
+            "rng": rng_state(trainer), **extra}
+
+
+def restore_trainer(trainer: Any, folder: str | Path) -> dict[str, Any]:
+    """Put a trainer back where :func:`trainer_state` (and :func:`save_weights`) left it: weights, optimizer,
+    random states, step and history. Returns the whole state, for what else the trainer saved."""
+    state = load_state(folder)
+    load_weights(trainer.model, folder)
+    trainer.opt.load_state_dict(state["optimizer"])
+    set_rng_state(state["rng"], trainer)
+    trainer.step_count, trainer.history = state["step"], state["history"]
+    return state
+
+
 __all__ = ["CHECKPOINT_PREFIX", "PACKAGES", "REPORT_TO", "STATE_FILE", "Tracker", "check_report_to",
            "checkpoint_folder", "default_logging_dir", "latest_checkpoint", "load_state", "load_weights",
-           "report_targets", "resolve_checkpoint", "rng_state", "save_state", "save_weights", "set_rng_state",
-           "should_log", "should_save"]
+           "report_targets", "resolve_checkpoint", "restore_trainer", "rng_state", "save_state", "save_weights",
+           "set_rng_state", "should_log", "should_save", "trainer_state"]

@@ -56,9 +56,8 @@ from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProce
                                         gaussian_kl_same_std, unet_output)
 from minigrpo.grpo_common import frozen_reference, mean_of, reward_metrics
 from minigrpo.losses import grpo_loss
-from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, load_state, load_weights,
-                               resolve_checkpoint, rng_state, save_state, save_weights, set_rng_state, should_log,
-                               should_save)
+from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
+                               save_state, save_weights, should_log, should_save, trainer_state)
 
 RewardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -309,18 +308,13 @@ class DiffusionGRPOTrainer:
                              "checkpoint-<step> in")
         folder = Path(folder) if folder is not None else checkpoint_folder(self.cfg.output_dir, self.step_count)
         save_weights(self.model, folder)
-        save_state(folder, {"step": self.step_count, "history": self.history, "optimizer": self.opt.state_dict(),
-                            "rng": rng_state(self)}, asdict(self.cfg))
+        save_state(folder, trainer_state(self), asdict(self.cfg))
         return folder
 
     def load_checkpoint(self, folder: str | Path) -> None:
         """Continue from a :meth:`save_checkpoint` folder: weights, optimizer, random states, step, history.
         Build the trainer as the first run did (same base model, so the reference model is the same)."""
-        state = load_state(folder)
-        load_weights(self.model, folder)
-        self.opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"], self)
-        self.step_count, self.history = state["step"], state["history"]
+        restore_trainer(self, folder)
 
     def train(self, progress: bool = True, callback: Callable[[int, dict], None] | None = None,
               resume_from_checkpoint: str | Path | bool | None = None) -> DiffusionGRPOResult:

@@ -63,9 +63,8 @@ from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
 from minigrpo.grpo_common import frozen_reference, reward_metrics
 from minigrpo.losses import LOSS_TYPES, aligned_logprobs, grpo_loss, truncated_importance_weights
-from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, load_state, load_weights,
-                               resolve_checkpoint, rng_state, save_state, save_weights, set_rng_state, should_log,
-                               should_save)
+from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
+                               save_state, save_weights, should_log, should_save, trainer_state)
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -326,18 +325,13 @@ class GRPOTrainer:
             raise ValueError("save_checkpoint() needs a folder, or GRPOConfig.output_dir to put checkpoint-<step> in")
         folder = Path(folder) if folder is not None else checkpoint_folder(self.cfg.output_dir, self.step_count)
         self.save(folder)
-        save_state(folder, {"step": self.step_count, "history": self.history, "evals": self.evals,
-                            "optimizer": self.opt.state_dict(), "rng": rng_state(self)})
+        save_state(folder, trainer_state(self, evals=self.evals))
         return folder
 
     def load_checkpoint(self, folder: str | Path) -> None:
         """Continue from a :meth:`save_checkpoint` folder: weights, optimizer, random states, step, history.
         Build the trainer as the first run did (same base model, so the reference model is the same)."""
-        state = load_state(folder)
-        load_weights(self.model, folder)
-        self.opt.load_state_dict(state["optimizer"])
-        set_rng_state(state["rng"], self)
-        self.step_count, self.history, self.evals = state["step"], state["history"], state["evals"]
+        self.evals = restore_trainer(self, folder)["evals"]
 
     def train(self, progress: bool = True, resume_from_checkpoint: str | Path | bool | None = None) -> GRPOResult:
         """Run up to ``max_steps`` steps (resuming first if asked, here or in the config); log, evaluate, save."""
