@@ -85,15 +85,13 @@ def conjugate_gradient(
     return x
 
 
-def natural_step(Avp: Callable[[torch.Tensor], torch.Tensor], g: torch.Tensor, max_kl: float,
-                 cg_iters: int = 10) -> torch.Tensor:
-    """TRPO's full step ``sqrt(2δ / xᵀAx) · x`` with ``x ≈ A⁻¹g`` from conjugate gradient.
+def trust_region_step(Avp: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, max_kl: float) -> torch.Tensor:
+    """TRPO's full step ``sqrt(2δ / xᵀAx) · x`` along a direction ``x ≈ A⁻¹g`` (from conjugate gradient).
 
     Under the quadratic model ½ sᵀAs of the KL, the step lands exactly on the trust-region boundary δ,
-    whatever the scale of ``g`` (no floor on xᵀAx, which would shrink the step of a tiny gradient).
-    A zero gradient gives a zero step.
+    whatever the scale of ``x`` (no floor on xᵀAx, which would shrink the step of a tiny gradient).
+    A zero direction gives a zero step.
     """
-    x = conjugate_gradient(Avp, g, cg_iters)
     xAx = x @ Avp(x)
     return torch.sqrt(2 * max_kl / xAx) * x if xAx > 0 else torch.zeros_like(x)
 

@@ -8,8 +8,8 @@ from minigrpo.trust_region import (
     fisher_vector_product,
     flat_grad,
     flat_params,
-    natural_step,
     set_flat_params,
+    trust_region_step,
 )
 
 
@@ -157,15 +157,16 @@ def test_conjugate_gradient_stops_on_an_exact_solve_with_zero_tolerance():
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e-4, 1e-8])
-def test_natural_step_lands_on_the_trust_region_boundary_at_any_gradient_scale(scale):
+def test_trust_region_step_lands_on_the_boundary_at_any_gradient_scale(scale):
     """½ sᵀFs = δ exactly under the quadratic model, and the direction is F⁻¹g, for ‖g‖ from 1 down to
     1e-8 (a floor on xᵀFx, as the trainer once had, shrank the step of a tiny gradient: at 1e-8 by 10⁴×)."""
     gen = torch.Generator().manual_seed(0)
     M = torch.randn(6, 6, generator=gen, dtype=torch.float64)
     F = M @ M.T / 6 + 0.1 * torch.eye(6, dtype=torch.float64)
     g = torch.randn(6, generator=gen, dtype=torch.float64) * scale
-    s = natural_step(lambda v: F @ v, g, max_kl=0.01, cg_iters=20)
+    s = trust_region_step(lambda v: F @ v, conjugate_gradient(lambda v: F @ v, g, iters=20), max_kl=0.01)
     assert (0.5 * s @ F @ s).item() == pytest.approx(0.01, rel=1e-9)
     direction = torch.linalg.solve(F, g)
     torch.testing.assert_close(s / s.norm(), direction / direction.norm(), rtol=0, atol=1e-9)
-    assert torch.equal(natural_step(lambda v: F @ v, torch.zeros(6, dtype=torch.float64), 0.01), torch.zeros(6, dtype=torch.float64))
+    zero = torch.zeros(6, dtype=torch.float64)
+    assert torch.equal(trust_region_step(lambda v: F @ v, zero, 0.01), zero)

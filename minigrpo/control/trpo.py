@@ -23,7 +23,8 @@ from minigrpo._checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
 from minigrpo.losses import value_loss
-from minigrpo.trust_region import backtracking_line_search, fisher_vector_product, flat_grad, natural_step
+from minigrpo.trust_region import (backtracking_line_search, conjugate_gradient, fisher_vector_product, flat_grad,
+                                   trust_region_step)
 
 
 @dataclass
@@ -70,7 +71,8 @@ def make_trpo_update(cfg: TRPOConfig):
 
             g = flat_grad(surrogate(), params)
             fvp = fisher_vector_product(mean_kl, params, cfg.damping)
-            full_step = natural_step(fvp, g, cfg.max_kl, cfg.cg_iters)
+            x = conjugate_gradient(fvp, g, cfg.cg_iters)  # the exercise swaps in the learner's CG here
+            full_step = trust_region_step(fvp, x, cfg.max_kl)
             with torch.no_grad():
                 before = surrogate().item()
                 accepted, fraction = backtracking_line_search(
