@@ -6,10 +6,14 @@ minibatches, each step minimising
 ppo.py and "The 37 Implementation Details of PPO" (Huang et al., ICLR blog track 2022).
 
 Metrics, and how to read them:
-- ``approx_kl``: k3 estimate of KL(π_old ‖ π_new) over the last epoch. Around 0.01–0.02 is healthy;
-  much larger means the update moved the policy a lot (lower lr, fewer epochs, or set target_kl).
-- ``clip_frac``: share of samples whose gradient the clip removed. 0 means the clip never acts
-  (steps are small); above ~0.3 the policy keeps pushing against the trust region.
+- ``approx_kl``: k3 estimate of KL(π_old ‖ π_θ) on the last minibatch of the last epoch run, at the
+  parameters before that minibatch's step (so it lags the final policy by one step; ``ratio_min``
+  and ``ratio_max`` come from the same minibatch). ``target_kl`` tests the same quantity after each
+  epoch. Around 0.01–0.02 is healthy; much larger means the update moved the policy a lot (lower lr,
+  fewer epochs, or set target_kl).
+- ``clip_frac``: share of samples whose gradient the clip removed, averaged over every minibatch of
+  every epoch run. 0 means the clip never acts (steps are small); above ~0.3 the policy keeps
+  pushing against the trust region.
 - ``explained_variance``: how much of the return's variance V explains (1 perfect, ≤ 0 useless).
   A critic stuck near 0 gives noisy advantages.
 - ``entropy``: the policy's randomness. Collapsing early means premature determinism.
@@ -45,7 +49,7 @@ class PPOConfig(OnPolicyConfig):
     ent_coef: float = 0.01  #: weight of the entropy bonus
     vf_coef: float = 0.5  #: weight of the value loss
     max_grad_norm: float = 0.5  #: global gradient-norm clip
-    target_kl: float | None = None  #: stop this iteration's epochs once approx_kl exceeds it
+    target_kl: float | None = None  #: stop the epochs once an epoch's last-minibatch approx_kl exceeds it
     #: save a resumable checkpoint (agent, optimizer, envs, random states, history) to output_dir/checkpoint-<iteration>
     output_dir: str | Path | None = None
     save_steps: int = 0  #: every this many iterations (0: only at the end), when output_dir is set
