@@ -6,6 +6,8 @@ kernels inherit it.
 
 import os
 
+import pytest
+
 os.environ.setdefault("MINIGRPO_SMOKE", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("TQDM_DISABLE", "1")
@@ -18,3 +20,20 @@ def pytest_addoption(parser):
         help="where the grading tests load the learner's functions from: 'solutions' (default), "
         "'exercises', or a path to a notebook",
     )
+
+
+
+def _one_torch_thread():
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
+#: One torch thread (the tiny models' fastest), restored afterwards so that later modules keep theirs. Use with
+#: ``pytestmark = pytest.mark.usefixtures("one_torch_thread")`` (per test), or ``"one_torch_thread_module"``
+#: (once for a module whose module-scoped fixtures already train or sample).
+one_torch_thread = pytest.fixture(_one_torch_thread, name="one_torch_thread")
+one_torch_thread_module = pytest.fixture(_one_torch_thread, scope="module", name="one_torch_thread_module")

@@ -13,13 +13,7 @@ from minigrpo.debugging.ratio_study import CAUSES, log_ratios, summarise
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """One torch thread for this module (the tiny model's fastest), restored afterwards for the modules after it."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_module")  # one torch thread, restored afterwards (conftest.py)
 
 
 @pytest.fixture(scope="module")

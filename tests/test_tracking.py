@@ -20,12 +20,7 @@ from minigrpo.tracking import Tracker, latest_checkpoint, load_state
 TIMINGS = ("step_time", "sample_time", "seconds", "sps")  # wall-clock: the only entries allowed to differ
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one torch thread, restored afterwards (conftest.py)
 
 
 def same_history(a: dict, b: dict) -> None:
