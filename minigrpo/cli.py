@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from minigrpo import __version__
+from minigrpo.progress import repo_root
 from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke
 
 # Nothing here may import torch, numpy or transformers at module level (or in build_parser):
@@ -34,16 +35,6 @@ INTERRUPTED = 130
 
 def _error(command: str, message: str) -> None:
     print(f"minigrpo {command}: {message}", file=sys.stderr)
-
-
-def repo_root(start: Path | None = None) -> Path:
-    """The course checkout: the nearest folder above ``start`` (default: cwd) holding solutions/ and
-    exercises/, else the folder above the installed package (the same rule as the grader's)."""
-    here = (start or Path.cwd()).resolve()
-    for folder in [here, *here.parents]:
-        if (folder / "solutions").is_dir() and (folder / "exercises").is_dir():
-            return folder
-    return Path(__file__).resolve().parents[1]
 
 
 def _notebooks(folder: Path) -> dict[str, Path]:

@@ -1,4 +1,4 @@
-"""A learner's progress on this machine: the last grade of each exercise.
+"""A learner's course on this machine: where the checkout is, and the last grade of each exercise.
 
 Kept in ``~/.minigrpo/grades.json`` (``MINIGRPO_HOME`` moves the folder, as for the interview
 practice). ``minigrpo grade`` writes it; ``minigrpo list`` reads it. Standard library only, so that
@@ -13,6 +13,16 @@ import time
 from pathlib import Path
 
 HOME_ENV_VAR = "MINIGRPO_HOME"
+
+
+def repo_root(start: Path | None = None) -> Path:
+    """The course checkout: the nearest folder above ``start`` (default: cwd) holding solutions/ and
+    exercises/, else the folder above the installed package."""
+    here = (start or Path.cwd()).resolve()
+    for folder in [here, *here.parents]:
+        if (folder / "solutions").is_dir() and (folder / "exercises").is_dir():
+            return folder
+    return Path(__file__).resolve().parents[1]
 
 
 def home() -> Path:

@@ -23,8 +23,8 @@ import nbformat
 
 from minigrpo.grading import EXERCISES, items
 from minigrpo.grading.core import run_item
-from minigrpo.grading.notebooks import find_notebook, load_functions, repo_root
-from minigrpo.progress import record_grade
+from minigrpo.grading.notebooks import find_notebook, load_functions
+from minigrpo.progress import record_grade, repo_root
 from minigrpo.utils import SMOKE_ENV_VAR
 
 #: seconds any one notebook cell may run while grading (an infinite loop fails instead of hanging)

@@ -22,21 +22,12 @@ from pathlib import Path
 import nbformat
 
 from minigrpo.grading.core import GradingTimeout, time_limit
+from minigrpo.progress import repo_root
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 EXERCISE_TAG = "exercise"
 STUB = "# YOUR CODE HERE\nraise NotImplementedError(\"{what}\")"
 _EXERCISE_COMMENT = re.compile(r"^\s*#\s*EXERCISE\b")
-
-
-def repo_root(start: Path | None = None) -> Path:
-    """The course checkout: the nearest folder above ``start`` (default: cwd) holding solutions/,
-    else the folder above the installed package."""
-    here = (start or Path.cwd()).resolve()
-    for folder in [here, *here.parents]:
-        if (folder / "solutions").is_dir() and (folder / "exercises").is_dir():
-            return folder
-    return Path(__file__).resolve().parents[2]
 
 
 def find_notebook(exercise: str, folder: Path) -> Path:
