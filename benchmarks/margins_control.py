@@ -33,10 +33,7 @@ change its training (checked: identical parameters with and without evaluations)
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -61,6 +58,8 @@ from minigrpo.control import (
 from minigrpo.control.ppo import PRESETS
 from minigrpo.control.reinforce import episode_weights, per_episode_gradients
 from minigrpo.utils import seed_everything
+
+import _margins  # benchmarks/_margins.py: the shared command line
 
 # ---------------------------------------------------------------- what the tests train (keep in sync)
 
@@ -287,36 +286,7 @@ def summarise(records: list[dict]) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tests", default=",".join(MEASURES), help=f"comma-separated, from: {','.join(MEASURES)}")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--out", help="append each run as a JSON line to this file")
-    parser.add_argument("--summary", nargs="+", metavar="JSONL", help="only print the tables of saved runs")
-    args = parser.parse_args()
-
-    if args.summary:
-        records = [json.loads(line) for path in args.summary for line in open(path) if line.strip()]
-        summarise(records)
-        return
-    names = [n.strip() for n in args.tests.split(",") if n.strip()]
-    unknown = [n for n in names if n not in MEASURES]
-    if unknown:
-        parser.error(f"unknown test(s) {unknown}; choose from {list(MEASURES)}")
-    records = []
-    for name in names:
-        for threads in args.threads:
-            for seed in args.seeds:
-                torch.set_num_threads(threads)
-                start = time.perf_counter()
-                rec = {"test": name, "seed": seed, "threads": threads, **MEASURES[name][1](seed)}
-                rec["seconds"] = time.perf_counter() - start
-                print_run(rec)
-                records.append(rec)
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(rec) + "\n")
-    summarise(records)
+    _margins.main(__doc__.splitlines()[0], MEASURES, lambda name, seed: MEASURES[name][1](seed), summarise, print_run)
 
 
 if __name__ == "__main__":

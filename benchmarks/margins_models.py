@@ -26,8 +26,6 @@ can be split over several processes and summarised at the end. On a busy machine
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import math
 import sys
@@ -41,6 +39,8 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the tests' own helpers: the same computation, by construction
+
+import _margins  # noqa: E402 - benchmarks/_margins.py: the shared command line
 
 
 @dataclass
@@ -262,13 +262,6 @@ SPECS: dict[str, Spec] = {
 }
 
 
-def run_one(name: str, seed: int, threads: int) -> dict:
-    torch.set_num_threads(threads)
-    t0 = time.perf_counter()
-    values = SPECS[name].measure(seed)
-    return {"test": name, "seed": seed, "threads": threads, "seconds": round(time.perf_counter() - t0, 2), **values}
-
-
 def _fmt(v) -> str:
     if isinstance(v, str):
         return v
@@ -289,50 +282,22 @@ def summarise(rows: list[dict]) -> None:
         threads = sorted({r["threads"] for r in runs})
         for q in spec.quantities:
             vals = [r[q.name] for r in runs if q.name in r]
-            try:
-                bound = q.bound()
-            except Exception as e:  # a test module not yet carrying the constant
-                bound = None
-                print(f"  ({q.name}: no bound read: {e})")
+            bound = q.bound()
             if q.kind == "effect":
-                extreme, ok = min(vals), bound is not None and bound <= min(vals) / 2
+                extreme, ok = min(vals), bound <= min(vals) / 2
                 rule = f"min {_fmt(extreme)}, range {_fmt(min(vals))}–{_fmt(max(vals))}; asserted > {bound} " \
                        f"(<= min/2 = {_fmt(extreme / 2)}: {ok})"
             else:
-                extreme, ok = max(vals), bound is not None and bound >= 2 * max(vals)
+                extreme, ok = max(vals), bound >= 2 * max(vals)
                 rule = f"max {_fmt(extreme)}, range {_fmt(min(vals))}–{_fmt(max(vals))}; asserted < {bound} " \
                        f"(>= 2·max = {_fmt(2 * extreme)}: {ok})"
             print(f"  {q.name} [{q.what}], seeds {seeds[0]}–{seeds[-1]} × threads {threads}: {rule}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tests", default=",".join(SPECS), help=f"comma-separated, of: {', '.join(SPECS)}")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--out", help="append each run to this JSON-lines file")
-    parser.add_argument("--summary", nargs="+", metavar="JSONL", help="only print the tables of saved runs")
-    args = parser.parse_args()
     warnings.filterwarnings("ignore")
     logging.disable(logging.WARNING)
-    if args.summary:
-        summarise([json.loads(line) for path in args.summary for line in Path(path).read_text().splitlines() if line])
-        return
-    names = [n.strip() for n in args.tests.split(",") if n.strip()]
-    unknown = sorted(set(names) - set(SPECS))
-    if unknown:
-        parser.error(f"unknown --tests {unknown}; known: {', '.join(SPECS)}")
-    rows = []
-    for name in names:
-        for threads in args.threads:
-            for seed in args.seeds:
-                row = run_one(name, seed, threads)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
-                if args.out:
-                    with open(args.out, "a") as f:
-                        f.write(json.dumps(row) + "\n")
-    summarise(rows)
+    _margins.main(__doc__.splitlines()[0], SPECS, lambda name, seed: SPECS[name].measure(seed), summarise)
 
 
 if __name__ == "__main__":
