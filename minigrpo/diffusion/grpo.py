@@ -340,13 +340,8 @@ class DiffusionGRPOTrainer:
         return DiffusionGRPOResult(self.model, self.history, asdict(self.cfg))
 
     def _record(self, step: int) -> dict[str, float]:
-        """Take step number ``step`` and keep its metrics in the history (with the step number)."""
-        before = sum(len(v) for v in self.history.values())
+        """Take step number ``step`` (:meth:`step` keeps its metrics in the history); add the step number."""
         metrics = self.step()
-        self.step_count = step
-        if sum(len(v) for v in self.history.values()) == before:  # step() did not record them itself
-            for key, v in metrics.items():
-                self.history.setdefault(key, []).append(v)
         self.history.setdefault("step", []).append(step)
         return metrics
 

@@ -346,8 +346,7 @@ class GRPOTrainer:
                    disable=not progress, initial=self.step_count, total=cfg.max_steps)
         with Tracker(cfg.report_to, cfg.logging_dir, "grpo", asdict(cfg)) as tracker:
             for step in bar:
-                metrics = self.step()
-                self.step_count = step
+                metrics = self.step()  # step_count becomes `step`
                 self.history.setdefault("step", []).append(step)
                 for k, v in metrics.items():
                     self.history.setdefault(k, []).append(v)
