@@ -3,7 +3,8 @@
 Shared math lives at the top (`advantages`, `losses`, `trust_region`, `attention`); each "world" the
 course trains in has its own sub-package: `control` (gymnasium environments), `llm` (a small language
 model) and `diffusion` (a DDPM image model). `debugging` holds lesson 07's broken GRPO steps,
-`grading` the exercise grader and `interview` the interview practice; `cli` is the `minigrpo` command.
+`course` holds the course tooling apart from the algorithms (the exercise grader, interview
+practice, a learner's progress); `cli` is the `minigrpo` command.
 
 `import minigrpo` does not import torch: `get_device` and `seed_everything` are loaded from
 `minigrpo.utils` the first time they are used, so the command line starts fast.

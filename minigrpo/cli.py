@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from minigrpo import __version__
-from minigrpo.progress import repo_root
+from minigrpo.course.progress import repo_root
 from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke
 
 # Nothing here may import torch, numpy or transformers at module level (or in build_parser):
@@ -231,7 +231,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- grade, list
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from minigrpo.grading import grade
+    from minigrpo.course.grading import grade
 
     # grade.main answers an unknown exercise or a missing notebook with exit status 2 and one line;
     # this is a safety net, so that no traceback reaches the learner for those.
@@ -246,7 +246,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from minigrpo.progress import grades, grades_path
+    from minigrpo.course.progress import grades, grades_path
 
     root = repo_root()
     lessons, exercises = _notebooks(root / "notebooks"), _notebooks(root / "exercises")
@@ -268,7 +268,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_make_exercises(args: argparse.Namespace) -> int:
-    from minigrpo.grading.notebooks import sync_exercises
+    from minigrpo.course.grading.notebooks import sync_exercises
 
     changed, kept = sync_exercises(check=args.check, force=args.force)
     if args.check:
@@ -282,7 +282,7 @@ def cmd_make_exercises(args: argparse.Namespace) -> int:
 
 
 def cmd_interview(args: argparse.Namespace) -> int:
-    from minigrpo.interview.practice import run as run_interview
+    from minigrpo.course.interview.practice import run as run_interview
 
     return run_interview(args)
 
@@ -334,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also overwrite exercise notebooks that hold answers (by default they are kept)")
     make.set_defaults(func=cmd_make_exercises)
 
-    from minigrpo.interview.practice import add_arguments as interview_arguments  # standard library only
+    from minigrpo.course.interview.practice import add_arguments as interview_arguments  # standard library only
 
     interview = sub.add_parser("interview", help="practise interview questions: spaced review, mock rounds, drills")
     interview_arguments(interview)

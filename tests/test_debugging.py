@@ -154,6 +154,6 @@ def test_unknown_cause_is_an_error(setup):
 
 def test_the_grader_knows_every_planted_bug():
     """Exercise 07's items carry each bug as a typical mistake (tests/test_grading.py checks each fails with its hint)."""
-    from minigrpo.grading.ex07 import ITEMS
+    from minigrpo.course.grading.ex07 import ITEMS
     named = {w.name for item in ITEMS if item.function == "grpo_step" for w in item.wrong_answers}
     assert named == set(BUGS)

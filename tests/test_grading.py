@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from minigrpo.debugging.buggy_step import BUGS
-from minigrpo.grading import (
+from minigrpo.course.grading import (
     EXERCISES,
     CheckFailed,
     Raised,
@@ -27,8 +27,8 @@ from minigrpo.grading import (
     run_item,
     time_limit,
 )
-from minigrpo.grading.core import GradingTimeout, _call
-from minigrpo.grading.notebooks import (
+from minigrpo.course.grading.core import GradingTimeout, _call
+from minigrpo.course.grading.notebooks import (
     exercise_text,
     find_notebook,
     load_functions,
@@ -173,7 +173,7 @@ def test_a_stub_check_prints_one_verdict_line_and_jupyter_one_error_line(tmp_pat
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            result = shell.run_cell("from minigrpo.grading import check\n"
+            result = shell.run_cell("from minigrpo.course.grading import check\n"
                                     "def reward_to_go(rewards, gamma):\n    raise NotImplementedError\n"
                                     "check('01.1', reward_to_go)")
     finally:

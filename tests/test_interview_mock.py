@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from minigrpo.cli import main
-from minigrpo.interview import get
-from minigrpo.interview.bank import BankFormatError
-from minigrpo.interview.mock import clock_text, get_mock, load_mocks, parse_mock, run_mock
-from minigrpo.interview.schedule import Progress
-from minigrpo.interview.seeds import SEED_SETS
+from minigrpo.course.interview import get
+from minigrpo.course.interview.bank import BankFormatError
+from minigrpo.course.interview.mock import clock_text, get_mock, load_mocks, parse_mock, run_mock
+from minigrpo.course.interview.schedule import Progress
+from minigrpo.course.interview.seeds import SEED_SETS
 
 
 def _script(*steps: str) -> io.StringIO:

@@ -27,7 +27,7 @@ DIST_NAMES = {"sklearn": "scikit-learn", "stable_baselines3": "stable-baselines3
 # Installed by the course extra's Jupyter packages themselves (ipykernel, nbclient, jupyterlab).
 WITH_JUPYTER = {"ipython", "jupyter_client", "jupyter_core", "traitlets"}
 # Library modules: minigrpo/ less the course tooling (grading, interview practice, the command line).
-COURSE_TOOLING = ("grading", "interview", "cli.py", "__main__.py")
+COURSE_TOOLING = ("course", "cli.py", "__main__.py")
 
 
 def _name(requirement: str) -> str:
@@ -251,3 +251,13 @@ def test_lessons_link_to_their_exercise():
 def test_lessons_end_with_an_interview_corner(path):
     nb = nbformat.read(path, as_version=4)
     assert any("interview corner" in c.source.lower() for c in nb.cells if c.cell_type == "markdown")
+
+
+def test_algorithms_do_not_import_the_course_tooling():
+    # the library stands alone: grading and interview practice build on it, never the reverse
+    for path in (ROOT / "minigrpo").rglob("*.py"):
+        if path.relative_to(ROOT / "minigrpo").parts[0] in COURSE_TOOLING:
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert "minigrpo.course" not in text and "from .course" not in text, (
+            f"{path.relative_to(ROOT)} imports the course tooling")

@@ -9,7 +9,7 @@ explicitly from score outer products.
 import pytest
 import torch
 
-from minigrpo.grading.ex03 import explicit_fisher, random_spd, tiny_categorical_problem
+from minigrpo.course.grading.ex03 import explicit_fisher, random_spd, tiny_categorical_problem
 
 EXERCISE = "03"
 

@@ -5,7 +5,7 @@ quick checks), and the notebook itself run top to bottom in smoke mode under
 ``pytest --nbval-lax``. The notebook is the file as saved on disk, run from a fresh kernel with its
 saved outputs removed: it passes when every cell runs without error (a failing check cell raises),
 whatever verdicts the learner's copy still shows. When it fails, the row names the first failing
-cell and its one-line error. Each grade is remembered for ``minigrpo list`` (:mod:`minigrpo.progress`).
+cell and its one-line error. Each grade is remembered for ``minigrpo list`` (:mod:`minigrpo.course.progress`).
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from pathlib import Path
 
 import nbformat
 
-from minigrpo.grading import EXERCISES, items
-from minigrpo.grading.core import run_item
-from minigrpo.grading.notebooks import find_notebook, load_functions
-from minigrpo.progress import record_grade, repo_root
+from minigrpo.course.grading import EXERCISES, items
+from minigrpo.course.grading.core import run_item
+from minigrpo.course.grading.notebooks import find_notebook, load_functions
+from minigrpo.course.progress import record_grade, repo_root
 from minigrpo.utils import SMOKE_ENV_VAR
 
 #: seconds any one notebook cell may run while grading (an infinite loop fails instead of hanging)
@@ -169,7 +169,7 @@ def _is_reference_solution(path: Path) -> bool:
 def main(exercise: str | None = None, path: str | None = None, notebook: bool = True,
          verbose: bool = False) -> int:
     """Grade one exercise (or all); print the tables and remember each grade
-    (:mod:`minigrpo.progress`). Exit status 0 only with full marks; 2, with one line on stderr,
+    (:mod:`minigrpo.course.progress`). Exit status 0 only with full marks; 2, with one line on stderr,
     when there is nothing to grade (no such exercise, no notebook, or a file that is not one)."""
     if path is not None and not Path(path).is_file():
         print(f"minigrpo grade: no notebook at {path}", file=sys.stderr)

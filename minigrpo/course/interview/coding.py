@@ -5,12 +5,12 @@ the function from nothing in your editor, then run the hidden tests (``--check``
 the first failing case, its input, what was expected and what came back, and a hint when your result
 matches a typical mistake; it also says how long you took against the drill's time.
 
-The hidden tests are the grader's own (``minigrpo.grading``: the GRPO loss, the completion token
+The hidden tests are the grader's own (``minigrpo.course.grading``: the GRPO loss, the completion token
 log-probs, truncated-IS weights, the diffusion step log-prob), all cases including the ones an
 exercise's check cell does not show. For GQA decoding and causal linear attention, which have no
 exercise, the cases below use the same grading engine with the package's implementations
 (``minigrpo.attention``) as the reference. Each drill and its reference answer is a Markdown file,
-``minigrpo/interview/questions/code_*.md``.
+``minigrpo/course/interview/questions/code_*.md``.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
-from minigrpo.interview.bank import BankFormatError, _blocks, _front_matter, _split_headings
+from minigrpo.course.interview.bank import BankFormatError, _blocks, _front_matter, _split_headings
 
-CODE_DIR = "questions"  #: ``code_*.md`` inside the package ``minigrpo.interview``
+CODE_DIR = "questions"  #: ``code_*.md`` inside the package ``minigrpo.course.interview``
 _STARTED = re.compile(r"^# started: (\S+)$", re.M)
 
 
@@ -43,7 +43,7 @@ class CodeDrill:
         """The grading item: its cases are the hidden tests."""
         if self.grader == "interview":
             return _own_items()[self.function]
-        from minigrpo.grading import items
+        from minigrpo.course.grading import items
 
         found = [i for i in items(self.grader) if i.function == self.function]
         if len(found) != 1:
@@ -76,7 +76,7 @@ def parse_code_drill(text: str, name: str = "<text>") -> CodeDrill:
 
 
 def load_code_drills() -> dict[str, CodeDrill]:
-    folder = resources.files("minigrpo.interview").joinpath(CODE_DIR)
+    folder = resources.files("minigrpo.course.interview").joinpath(CODE_DIR)
     drills = {}
     for f in sorted(folder.iterdir(), key=lambda f: f.name):
         if f.name.startswith("code_") and f.name.endswith(".md"):
@@ -103,7 +103,7 @@ def list_code_drills(stdout: TextIO) -> None:
 
 
 def default_path(drill: CodeDrill) -> Path:
-    from minigrpo.progress import home
+    from minigrpo.course.progress import home
 
     return home() / "drills" / f"{drill.function}.py"
 
@@ -174,7 +174,7 @@ def elapsed(path: Path, now: datetime | None = None) -> float | None:
 
 def check(drill: CodeDrill, path: Path | str, now: datetime | None = None):
     """Grade the file on every hidden case. Returns (ItemResult, seconds since the start or None)."""
-    from minigrpo.grading import run_item
+    from minigrpo.course.grading import run_item
 
     path = Path(path).expanduser()
     fn = load_function(path, drill.function)
@@ -182,7 +182,7 @@ def check(drill: CodeDrill, path: Path | str, now: datetime | None = None):
 
 
 def verdict(drill: CodeDrill, result, seconds: float | None) -> str:
-    from minigrpo.interview.mock import clock_text
+    from minigrpo.course.interview.mock import clock_text
 
     if not result.passed and all(c.message.startswith("no function named") for c in result.cases):
         lines = [f"✗ the file defines no function {drill.function}() yet: all {len(result.cases)} hidden tests fail"]
@@ -206,7 +206,7 @@ def _own_items() -> dict:
     import torch
 
     from minigrpo.attention import decode_attention, linear_attention_recurrent
-    from minigrpo.grading.core import Case, Item, WrongAnswer
+    from minigrpo.course.grading.core import Case, Item, WrongAnswer
 
     def rand(seed, *shape):
         return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)

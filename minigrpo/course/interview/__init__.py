@@ -1,14 +1,14 @@
 """Interview practice: the question bank, spaced review, and the ``minigrpo interview`` command.
 
-    from minigrpo.interview import QUESTIONS, get
+    from minigrpo.course.interview import QUESTIONS, get
     q = get("grpo-step")
     q.question, q.checklist, q.answer, q.followups, q.demo.notebook, q.demo.fragment
 
-The questions are Markdown files in ``minigrpo/interview/questions/`` (one per topic), loaded when
+The questions are Markdown files in ``minigrpo/course/interview/questions/`` (one per topic), loaded when
 this package is imported.
 """
 
-from minigrpo.interview.bank import (
+from minigrpo.course.interview.bank import (
     QUESTIONS,
     SEED_QUESTIONS,
     TOPIC_TITLES,
@@ -20,8 +20,8 @@ from minigrpo.interview.bank import (
     for_seed,
     get,
 )
-from minigrpo.interview.schedule import Progress
-from minigrpo.interview.seeds import SEED_SETS, seed_label
+from minigrpo.course.interview.schedule import Progress
+from minigrpo.course.interview.seeds import SEED_SETS, seed_label
 
 __all__ = ["QUESTIONS", "SEED_QUESTIONS", "SEED_SETS", "TOPICS", "TOPIC_TITLES", "Demo", "FollowUp", "Progress",
            "Question", "by_topic", "for_seed", "get", "seed_label"]

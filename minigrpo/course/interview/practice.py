@@ -24,8 +24,8 @@ import sys
 import textwrap
 from typing import TextIO
 
-from minigrpo.interview.bank import QUESTIONS, SEED_QUESTIONS, TOPICS, Question, by_topic, get
-from minigrpo.interview.schedule import PROGRESS_ENV_VAR, RATINGS, Progress, check_rating
+from minigrpo.course.interview.bank import QUESTIONS, SEED_QUESTIONS, TOPICS, Question, by_topic, get
+from minigrpo.course.interview.schedule import PROGRESS_ENV_VAR, RATINGS, Progress, check_rating
 
 #: exit status after Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
@@ -296,7 +296,7 @@ def _extra_modes(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int
     if code_only and code is None:
         raise ValueError("--check, --solution and --file go with --code NAME")
     if drill is not None:
-        from minigrpo.interview.drills import get_drill, list_drills, run_drill
+        from minigrpo.course.interview.drills import get_drill, list_drills, run_drill
 
         if not drill:
             print("Derivation drills (minigrpo interview --drill NAME):", file=stdout)
@@ -305,7 +305,7 @@ def _extra_modes(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int
             run_drill(get_drill(drill), stdin, stdout)
         return 0
     if code is not None:
-        from minigrpo.interview import coding
+        from minigrpo.course.interview import coding
 
         if not code:
             print("Coding drills (minigrpo interview --code NAME):", file=stdout)
@@ -314,7 +314,7 @@ def _extra_modes(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int
         return coding.run_code_drill(coding.get_code_drill(code), args.file, stdin, stdout, check_only=args.check,
                                      solution=args.solution)
     if getattr(args, "flaws", False):
-        from minigrpo.interview.flaws import run_flaws
+        from minigrpo.course.interview.flaws import run_flaws
 
         run_flaws(stdin, stdout)
         return 0
@@ -348,7 +348,7 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         progress = Progress(args.progress_file)
         mock = getattr(args, "mock", None)
         if mock is not None:
-            from minigrpo.interview.mock import get_mock, list_mocks, run_mock
+            from minigrpo.course.interview.mock import get_mock, list_mocks, run_mock
 
             if not mock:
                 print("Mock interview rounds (minigrpo interview --mock SET):", file=stdout)

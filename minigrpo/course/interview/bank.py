@@ -1,6 +1,6 @@
 """The interview question bank: every question and follow-up of the course's seed interviews.
 
-The questions live as Markdown, one file per topic, in ``minigrpo/interview/questions/`` (readable on
+The questions live as Markdown, one file per topic, in ``minigrpo/course/interview/questions/`` (readable on
 GitHub; the format is described in ``questions/README.md``) and are loaded here with
 :mod:`importlib.resources`, so they travel with the installed package. Each :class:`Question` says
 what it asks, which seed questions it covers, what a strong answer must contain (the checklist), a
@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 
-from minigrpo.interview.seeds import SEED_FILES, SEED_QUESTIONS, SEED_SETS, seed_label
+from minigrpo.course.interview.seeds import SEED_FILES, SEED_QUESTIONS, SEED_SETS, seed_label
 
-QUESTIONS_DIR = "questions"  #: inside the package ``minigrpo.interview``
+QUESTIONS_DIR = "questions"  #: inside the package ``minigrpo.course.interview``
 SECTIONS = ("Question", "Checklist", "Answer", "Follow-ups")
 _REQUIRED = ("Question", "Checklist", "Answer")
 _ID = re.compile(r"[a-z0-9]+(?:-[a-z0-9]+)*")
@@ -245,7 +245,7 @@ def parse_topic_file(text: str, name: str = "<text>") -> tuple[str, str, list[Qu
 
 
 def _topic_files():
-    folder = resources.files("minigrpo.interview").joinpath(QUESTIONS_DIR)
+    folder = resources.files("minigrpo.course.interview").joinpath(QUESTIONS_DIR)
     return sorted((f for f in folder.iterdir() if f.name.endswith(".md") and f.name[:2].isdigit()),
                   key=lambda f: f.name)
 

@@ -1,6 +1,6 @@
 """\"Spot the flaw\" cards: wrong or dated claims from the interview question sets, and their corrections.
 
-The cards are ``minigrpo/interview/questions/flaws.md``. ``minigrpo interview --flaws`` shows each
+The cards are ``minigrpo/course/interview/questions/flaws.md``. ``minigrpo interview --flaws`` shows each
 claim, asks what is wrong with it, then shows the correction and the bank question that explains it.
 """
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TextIO
 
-from minigrpo.interview.bank import (_CODE_SPAN, BankFormatError, _blocks, _fields, _front_matter, _seeds,
+from minigrpo.course.interview.bank import (_CODE_SPAN, BankFormatError, _blocks, _fields, _front_matter, _seeds,
                                      _split_headings, get)
-from minigrpo.interview.seeds import seed_label
+from minigrpo.course.interview.seeds import seed_label
 
 FLAWS_FILE = "questions/flaws.md"
 
@@ -55,13 +55,13 @@ def parse_flaws(text: str, name: str = "flaws.md") -> tuple[Flaw, ...]:
 
 
 def load_flaws() -> tuple[Flaw, ...]:
-    f = resources.files("minigrpo.interview").joinpath(FLAWS_FILE)
+    f = resources.files("minigrpo.course.interview").joinpath(FLAWS_FILE)
     return parse_flaws(f.read_text(encoding="utf-8"), FLAWS_FILE)
 
 
 def run_flaws(stdin: TextIO, stdout: TextIO, count: int | None = None, seed: int | None = None) -> tuple[int, int]:
     """Show the cards (all, or ``count`` random ones); returns (spotted, shown). 'q' stops."""
-    from minigrpo.interview.practice import WIDTH, _read_answer, _wrap
+    from minigrpo.course.interview.practice import WIDTH, _read_answer, _wrap
 
     cards = list(load_flaws())
     if count is not None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from minigrpo.interview.bank import QUESTIONS, Question, get
+from minigrpo.course.interview.bank import QUESTIONS, Question, get
 
 PROGRESS_ENV_VAR = "MINIGRPO_INTERVIEW_PROGRESS"
 RATINGS = {0: "blank: could not answer", 1: "weak: missed key points", 2: "good: most points",
@@ -50,7 +50,7 @@ _FORMAT_VERSION = FORMAT_VERSION  # the old private name
 
 def default_progress_path() -> Path:
     """``$MINIGRPO_INTERVIEW_PROGRESS``, else ``interview.json`` in the minigrpo home folder."""
-    from minigrpo.progress import home
+    from minigrpo.course.progress import home
 
     env = os.environ.get(PROGRESS_ENV_VAR)
     return Path(env).expanduser() if env else home() / "interview.json"

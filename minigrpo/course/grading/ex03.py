@@ -7,7 +7,7 @@ import math
 import torch
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
 
-from minigrpo.grading.core import Case, Item, WrongAnswer
+from minigrpo.course.grading.core import Case, Item, WrongAnswer
 from minigrpo.trust_region import conjugate_gradient, fisher_vector_product, flat_grad
 
 TITLE = "TRPO"

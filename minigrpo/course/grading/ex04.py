@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from minigrpo.grading.core import Case, Item, WrongAnswer
+from minigrpo.course.grading.core import Case, Item, WrongAnswer
 from minigrpo.losses import clipped_surrogate_loss as _package_loss
 
 TITLE = "PPO"

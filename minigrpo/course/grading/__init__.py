@@ -1,6 +1,6 @@
 """Exercise grading: in-notebook checks (``check``) and the grader behind ``minigrpo grade``.
 
-    from minigrpo.grading import check
+    from minigrpo.course.grading import check
     check("01.1", reward_to_go)      # prints ✓, or the failing input, expected, got and a hint
 
 A failing check prints its verdict and then raises :class:`CheckFailed`, which Jupyter shows as one
@@ -16,7 +16,7 @@ import pkgutil
 import re
 from collections.abc import Callable
 
-from minigrpo.grading.core import (
+from minigrpo.course.grading.core import (
     Case,
     GradingTimeout,
     Item,

@@ -150,7 +150,7 @@ def _trpo_xfx() -> float:
 
 
 def _trpo_beta() -> float:
-    from minigrpo.interview.figures import trpo_step_size
+    from minigrpo.course.interview.figures import trpo_step_size
 
     import torch
 
@@ -177,25 +177,25 @@ def clip_gradient(ratio: float, advantage: float, epsilon: float = 0.2) -> float
 
 
 def _lone_success(G: int) -> float:
-    from minigrpo.interview.figures import lone_success_advantages
+    from minigrpo.course.interview.figures import lone_success_advantages
 
     return lone_success_advantages(G)[0]
 
 
 def _w(p: float, G: int, scale: str = "group") -> float:
-    from minigrpo.interview.figures import group_weight
+    from minigrpo.course.interview.figures import group_weight
 
     return group_weight(p, G, scale)
 
 
 def _w_ratio(p: float, G: int) -> float:
-    from minigrpo.interview.figures import group_weight_ratio
+    from minigrpo.course.interview.figures import group_weight_ratio
 
     return group_weight_ratio(p, G)
 
 
 def _w_limit(p: float) -> float:
-    from minigrpo.interview.figures import group_weight_limit_ratio
+    from minigrpo.course.interview.figures import group_weight_limit_ratio
 
     return group_weight_limit_ratio(p)
 
@@ -406,7 +406,7 @@ class StopDrill(Exception):
 
 def run_drill(drill: Drill, stdin: TextIO, stdout: TextIO, tries: int = 2) -> tuple[int, int]:
     """Walk through the steps; returns (steps right at the first try, steps answered). 'q' stops."""
-    from minigrpo.interview.practice import WIDTH, _wrap
+    from minigrpo.course.interview.practice import WIDTH, _wrap
 
     def say(text: str = "") -> None:
         print(text, file=stdout, flush=True)

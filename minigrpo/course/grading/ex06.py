@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
 
 TITLE = "GRPO for an LLM"
 

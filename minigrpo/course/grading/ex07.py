@@ -14,7 +14,7 @@ import torch
 
 from minigrpo.debugging.buggy_step import BUGS, buggy_grpo_step
 from minigrpo.debugging.detections import DETECTIONS, Detection, debugging_setup
-from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
 
 TITLE = "Debugging a GRPO step"
 

@@ -12,8 +12,8 @@ import torch
 from minigrpo.advantages import gae as package_gae
 from minigrpo.advantages import group_advantages as package_group_advantages
 from minigrpo.attention import kv_cache_bytes as package_kv_cache_bytes
-from minigrpo.grading import ex05
-from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.course.grading import ex05
+from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
 from minigrpo.losses import clipped_surrogate_loss
 
 TITLE = "interview quiz"
@@ -352,7 +352,7 @@ def _rd_async_mismatch():
 
 
 RD_CASES = [
-    Case("scenarios a-h (SCENARIOS in minigrpo.grading.ex11)", "ratio_deviations() -> {'a': 'design' or "
+    Case("scenarios a-h (SCENARIOS in minigrpo.course.grading.ex11)", "ratio_deviations() -> {'a': 'design' or "
          "'mismatch', ..., 'h': ...}", lambda f: f()),
 ]
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import nbformat
 
-from minigrpo.grading.core import GradingTimeout, time_limit
-from minigrpo.progress import repo_root
+from minigrpo.course.grading.core import GradingTimeout, time_limit
+from minigrpo.course.progress import repo_root
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 EXERCISE_TAG = "exercise"

@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
 
 TITLE = "GRPO for diffusion"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from minigrpo.advantages import group_advantages as package_group_advantages
-from minigrpo.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
 
 TITLE = "from PPO to GRPO"
 

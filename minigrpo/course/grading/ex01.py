@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from minigrpo.advantages import batch_reward_to_go, reward_to_go
-from minigrpo.grading.core import Case, Item, WrongAnswer
+from minigrpo.course.grading.core import Case, Item, WrongAnswer
 from minigrpo.losses import reinforce_loss
 
 TITLE = "REINFORCE"

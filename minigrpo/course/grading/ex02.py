@@ -6,7 +6,7 @@ import torch
 
 from minigrpo.advantages import gae as package_gae
 from minigrpo.control.onpolicy import explained_variance as package_explained_variance
-from minigrpo.grading.core import Case, Item, WrongAnswer
+from minigrpo.course.grading.core import Case, Item, WrongAnswer
 
 TITLE = "actor-critic and GAE"
 

@@ -13,7 +13,7 @@ A round runs in the interviewer's order:
 
 Every scored answer is recorded in the spaced-review progress like any practice round, and the whole
 round is written as a Markdown transcript to reread (default: ``mocks/`` in the minigrpo home folder).
-The rounds are Markdown files, ``minigrpo/interview/questions/mock_*.md``, read like the question bank.
+The rounds are Markdown files, ``minigrpo/course/interview/questions/mock_*.md``, read like the question bank.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TextIO
 
-from minigrpo.interview.bank import (BankFormatError, Question, _blocks, _front_matter, _list_items, _split_headings,
+from minigrpo.course.interview.bank import (BankFormatError, Question, _blocks, _front_matter, _list_items, _split_headings,
                                      get)
-from minigrpo.interview.practice import WIDTH, _read_answer, _wrap, format_checklist, parse_covered
-from minigrpo.interview.schedule import Progress, rating_from_checklist
-from minigrpo.interview.seeds import SeedSet, seed_set
+from minigrpo.course.interview.practice import WIDTH, _read_answer, _wrap, format_checklist, parse_covered
+from minigrpo.course.interview.schedule import Progress, rating_from_checklist
+from minigrpo.course.interview.seeds import SeedSet, seed_set
 
-#: the rounds are ``mock_*.md`` files next to the topic files (inside the package ``minigrpo.interview``)
+#: the rounds are ``mock_*.md`` files next to the topic files (inside the package ``minigrpo.course.interview``)
 MOCKS_DIR = "questions"
 #: a part scored at least this (0–3, from the checklist) gets the deeper follow-up chain
 STRONG = 2
@@ -88,7 +88,7 @@ _FOLLOWUPS = re.compile(r"Follow-up questions \((\d+(?:\.\d+)?) min each\)")
 
 
 def parse_mock(text: str, name: str = "<text>") -> Mock:
-    """One round file; a :class:`~minigrpo.interview.bank.BankFormatError` names the file and the section."""
+    """One round file; a :class:`~minigrpo.course.interview.bank.BankFormatError` names the file and the section."""
     try:
         meta, body = _front_matter(text)
         seed = seed_set(meta.get("set", ""))
@@ -135,7 +135,7 @@ def parse_mock(text: str, name: str = "<text>") -> Mock:
 
 
 def _mock_files():
-    folder = resources.files("minigrpo.interview").joinpath(MOCKS_DIR)
+    folder = resources.files("minigrpo.course.interview").joinpath(MOCKS_DIR)
     return sorted((f for f in folder.iterdir() if f.name.startswith("mock_") and f.name.endswith(".md")),
                   key=lambda f: f.name)
 
@@ -152,7 +152,7 @@ def load_mocks() -> dict[str, Mock]:
 
 
 def get_mock(name: str) -> Mock:
-    """The round of a set, by slug, code or name (see :func:`minigrpo.interview.seeds.seed_set`)."""
+    """The round of a set, by slug, code or name (see :func:`minigrpo.course.interview.seeds.seed_set`)."""
     return load_mocks()[seed_set(name).slug]
 
 
@@ -381,7 +381,7 @@ def _title(q: Question) -> str:
 
 
 def default_transcript_path(mock: Mock, when: datetime | None = None) -> Path:
-    from minigrpo.progress import home
+    from minigrpo.course.progress import home
 
     when = when or datetime.now()
     return home() / "mocks" / f"{mock.slug}-{when.strftime('%Y%m%d-%H%M%S')}.md"

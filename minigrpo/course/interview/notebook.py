@@ -9,8 +9,8 @@ from __future__ import annotations
 import html
 import random
 
-from minigrpo.interview.bank import QUESTIONS, SEED_QUESTIONS, Question, by_topic, for_seed
-from minigrpo.interview.seeds import SEED_SETS, seed_label
+from minigrpo.course.interview.bank import QUESTIONS, SEED_QUESTIONS, Question, by_topic, for_seed
+from minigrpo.course.interview.seeds import SEED_SETS, seed_label
 
 _STYLE = "border:1px solid #ccc;border-radius:6px;padding:8px 12px;margin:8px 0"
 
@@ -152,7 +152,7 @@ def show_coverage() -> None:
 
 def flaws_html() -> str:
     """Every "spot the flaw" card: the claim shown, the correction folded."""
-    from minigrpo.interview.flaws import load_flaws
+    from minigrpo.course.interview.flaws import load_flaws
 
     cards = []
     for c in load_flaws():
@@ -169,7 +169,7 @@ def show_flaws() -> None:
 
 def drill_html(name: str) -> str:
     """A derivation drill: the set-up, then each step with its answer and the worked step folded."""
-    from minigrpo.interview.drills import get_drill, key_text
+    from minigrpo.course.interview.drills import get_drill, key_text
 
     d = get_drill(name)
     steps = []
@@ -183,14 +183,14 @@ def drill_html(name: str) -> str:
 
 
 def show_drills() -> None:
-    from minigrpo.interview.drills import DRILLS
+    from minigrpo.course.interview.drills import DRILLS
 
     _display_html("".join(drill_html(name) for name in DRILLS))
 
 
 def code_drills_html() -> str:
     """Each coding drill: the task, and the reference answer folded."""
-    from minigrpo.interview.coding import load_code_drills, task_lines
+    from minigrpo.course.interview.coding import load_code_drills, task_lines
 
     out = []
     for d in load_code_drills().values():
@@ -208,7 +208,7 @@ def show_code_drills() -> None:
 def mocks_html() -> str:
     """Each mock round in the interviewer's order: the brief, the clarifying questions (replies folded),
     the parts with their timers, and the follow-up questions."""
-    from minigrpo.interview.mock import load_mocks
+    from minigrpo.course.interview.mock import load_mocks
 
     out = []
     for m in load_mocks().values():

@@ -22,7 +22,7 @@ def repo_root(start: Path | None = None) -> Path:
     for folder in [here, *here.parents]:
         if (folder / "solutions").is_dir() and (folder / "exercises").is_dir():
             return folder
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def home() -> Path:
