@@ -239,15 +239,11 @@ class GRPOTrainer:
         self.model.eval()  # no dropout while sampling (and scoring): one policy, one distribution
         gen = generate(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len, cfg.temperature,
                        generator=self.gen)
-        texts, fin = gen.texts(self.tokenizer), gen.finished.tolist()
-        rows = [(problems[i // G], t, f) for i, (t, f) in enumerate(zip(texts, fin))]
-        rewards = torch.tensor([self.task.reward(p, t, f) for p, t, f in rows], dtype=torch.float32)
+        per_row = [p for p in problems for _ in range(G)]
+        rewards, info = self.task.score(per_row, gen.texts(self.tokenizer), gen.finished.tolist())
+        rewards = torch.tensor(rewards, dtype=torch.float32)
         if not torch.isfinite(rewards).all():
             raise ValueError("a reward function returned NaN or inf")
-        info = {
-            "correct": float(np.mean([self.task.correctness_reward(p, t, f) for p, t, f in rows])),
-            "format": float(np.mean([self.task.format_reward(p, t, f) for p, t, f in rows])),
-        }
         return problems, gen, rewards, info
 
     @torch.no_grad()

@@ -74,6 +74,25 @@ class Task:
         return self.correctness_reward(problem, completion, finished) + \
             self.format_weight * self.format_reward(problem, completion, finished)
 
+    def score(self, problems: list[Problem], completions: list[str],
+              finished: list[bool]) -> tuple[list[float], dict[str, float]]:
+        """The trainer's one call into a task: the reward of each completion and the batch's metrics.
+
+        ``problems[i]`` is the problem completion ``i`` answers (a group repeats its problem G
+        times). Metrics follow TRL's names, ``rewards/<function>/mean``; ``correct`` and ``format``
+        are the fractions of right and well-formed completions.
+        """
+        rows = list(zip(problems, completions, finished))
+        correct = [self.correctness_reward(p, c, f) for p, c, f in rows]
+        formatted = [self.format_reward(p, c, f) for p, c, f in rows]
+        rewards = [self.reward(p, c, f) for p, c, f in rows]
+        n = max(len(rows), 1)
+        metrics = {"rewards/correctness_reward/mean": sum(correct) / n,
+                   "rewards/format_reward/mean": sum(formatted) / n}
+        metrics.update(correct=metrics["rewards/correctness_reward/mean"],
+                       format=metrics["rewards/format_reward/mean"])
+        return rewards, metrics
+
 
 _NUMBER = r"(?:0|[1-9]\d*)"  # no leading zeros: "02" is not a way to write 2
 
