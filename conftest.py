@@ -22,6 +22,18 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``gpu`` run where CUDA is present and are skipped elsewhere (CI has no GPU)."""
+    gpu_tests = [item for item in items if "gpu" in item.keywords]
+    if not gpu_tests:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="needs CUDA")
+        for item in gpu_tests:
+            item.add_marker(skip)
+
 
 def _one_torch_thread():
     import torch
