@@ -11,9 +11,14 @@
   (exact inside a chunk, a running state between chunks): O(n) time and memory, fast in practice.
 - ``softmax_attention``: exact attention that materialises the n x n score matrix (the naive form);
   ``decode_attention``: one new token against a (grouped) KV cache.
-- ``kv_cache_bytes``: memory of the key/value cache of a decoder at inference.
+- ``gated_linear_attention`` / ``gated_delta_rule``: linear attention's fixed-size state with a forget
+  gate (S ← αS + k vᵀ) and with the delta rule (S ← α(S − β k kᵀS) + β k vᵀ, Gated DeltaNet).
+- ``kv_cache_bytes``: memory of the key/value cache of a decoder at inference; ``mla_cache_bytes``
+  (DeepSeek-V2's latent cache), ``sliding_window_cache_bytes`` (capped at the window) and
+  ``recurrent_state_bytes`` (linear-attention layers: constant in the context length) beside it.
 - ``measure_attention_scaling`` / ``fit_loglog_slope`` / ``crossover_length``: time and peak memory
-  against sequence length (used by lesson 10 and ``benchmarks/attention_scaling.py``).
+  against sequence length, forward or forward + backward (used by lesson 10,
+  ``benchmarks/attention_scaling.py`` and ``benchmarks/attention_gpu.py``).
 """
 
 from __future__ import annotations
@@ -162,18 +167,27 @@ def linear_attention_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     v = v.reshape(B, H, n, chunk_size, dv)
     kv = fk.transpose(-2, -1) @ v  # (B, H, n, d, dv): each chunk's Σ φ(k) vᵀ
     z = fk.sum(-2)  # (B, H, n, d)
-    # state before each chunk = sum over the earlier chunks (an exclusive prefix sum; a loop over
-    # chunks, n/C steps, is faster on CPU than torch.cumsum along a middle dimension)
-    S_prev, z_prev = torch.empty_like(kv), torch.empty_like(z)
-    S, zs = kv.new_zeros(B, H, d, dv), z.new_zeros(B, H, d)
-    for i in range(n):
-        S_prev[:, :, i], z_prev[:, :, i] = S, zs
-        S, zs = S + kv[:, :, i], zs + z[:, :, i]
+    S_prev, z_prev = _exclusive_prefix_sum(kv), _exclusive_prefix_sum(z)  # state before each chunk
     sim = (fq @ fk.transpose(-2, -1)).tril()  # (B, H, n, C, C): causal inside the chunk
     num = fq @ S_prev + sim @ v
     den = (fq @ z_prev.unsqueeze(-1)).squeeze(-1) + sim.sum(-1)
     out = num / (den.unsqueeze(-1) + eps)
     return out.reshape(B, H, n * chunk_size, dv)[:, :, :T]
+
+
+def _exclusive_prefix_sum(x: torch.Tensor) -> torch.Tensor:
+    """``out[:, :, i] = x[:, :, :i].sum(2)`` (the chunks before chunk i), accumulated in float32 at least,
+    as the kernels of linear attention do for half-precision inputs. On CPU a loop over the n/C chunks
+    beats ``torch.cumsum`` along a middle dimension; on a GPU one cumsum beats n/C small kernels."""
+    acc = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+    if x.device.type == "cpu":
+        out, running = torch.empty_like(acc), torch.zeros_like(acc[:, :, 0])
+        for i in range(x.shape[2]):
+            out[:, :, i] = running
+            running = running + acc[:, :, i]
+    else:
+        out = torch.cat([torch.zeros_like(acc[:, :, :1]), acc[:, :, :-1].cumsum(2)], dim=2)
+    return out.to(x.dtype)
 
 
 def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch_size: int,
@@ -185,11 +199,130 @@ def kv_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, 
     >>> kv_cache_bytes(32, 32, 128, 4096, 1)      # a Llama-2-7B-sized model, fp16: 2 GiB
     2147483648
     """
-    for name, value in (("n_layers", n_layers), ("n_kv_heads", n_kv_heads), ("head_dim", head_dim),
-                        ("seq_len", seq_len), ("batch_size", batch_size), ("bytes_per_elem", bytes_per_elem)):
+    _check_counts(n_layers=n_layers, n_kv_heads=n_kv_heads, head_dim=head_dim, seq_len=seq_len,
+                  batch_size=batch_size, bytes_per_elem=bytes_per_elem)
+    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch_size * bytes_per_elem
+
+
+def _check_counts(**counts: int) -> None:
+    for name, value in counts.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise ValueError(f"{name} must be a non-negative int, got {value!r}")
-    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch_size * bytes_per_elem
+
+
+def mla_cache_bytes(n_layers: int, kv_lora_rank: int, rope_head_dim: int, seq_len: int, batch_size: int,
+                    bytes_per_elem: int = 2) -> int:
+    """Bytes of a multi-head latent attention (MLA) cache (DeepSeek-V2, Liu et al. 2024, §2.1).
+
+    Per token and layer MLA caches one low-rank latent ``c_KV`` (``kv_lora_rank`` numbers) from which
+    every head's keys and values are re-projected, plus one decoupled RoPE key (``rope_head_dim``
+    numbers) shared by all heads — no factor 2 and no head count. The up-projections can be absorbed into
+    the query and output projections, so decoding reads only the latent. DeepSeek-V2 (60 layers,
+    ``kv_lora_rank`` 512, ``rope_head_dim`` 64) caches (512 + 64) = 4.5 × 128 numbers per token and layer,
+    what GQA with 2.25 KV heads of 128 would cache; its 128 heads of 128 under MHA would cache 32,768.
+
+    >>> mla_cache_bytes(60, 512, 64, 1, 1)          # DeepSeek-V2, bf16: 67.5 KiB per token
+    69120
+    """
+    _check_counts(n_layers=n_layers, kv_lora_rank=kv_lora_rank, rope_head_dim=rope_head_dim, seq_len=seq_len,
+                  batch_size=batch_size, bytes_per_elem=bytes_per_elem)
+    return n_layers * (kv_lora_rank + rope_head_dim) * seq_len * batch_size * bytes_per_elem
+
+
+def sliding_window_cache_bytes(n_layers: int, n_kv_heads: int, head_dim: int, seq_len: int, batch_size: int,
+                               window: int, bytes_per_elem: int = 2) -> int:
+    """Bytes of the KV cache of sliding-window attention: each token attends to the last ``window``
+    positions only, so the cache keeps at most ``window`` of them (a ring buffer) — :func:`kv_cache_bytes`
+    with ``min(seq_len, window)`` positions. Information from further back reaches a token only through
+    the layers below (the receptive field grows by ``window`` per layer), which is why models mix such
+    layers with full-attention ones (e.g. Gemma 2 alternates them).
+
+    >>> sliding_window_cache_bytes(32, 8, 128, 32768, 1, window=4096) == 512 * 2**20   # Mistral-7B, fp16
+    True
+    """
+    _check_counts(window=window)
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    return kv_cache_bytes(n_layers, n_kv_heads, head_dim, min(seq_len, window), batch_size, bytes_per_elem)
+
+
+def recurrent_state_bytes(n_layers: int, n_heads: int, key_dim: int, value_dim: int, batch_size: int,
+                          bytes_per_elem: int = 4, normalizer: bool = False) -> int:
+    """Bytes of the state of linear-attention layers: per head one ``key_dim`` x ``value_dim`` matrix
+    S (plus a ``key_dim`` vector z when the layer divides by φ(q)ᵀz, as :func:`linear_attention_recurrent`
+    does), whatever the context length. Gated and delta-rule layers (:func:`gated_linear_attention`,
+    :func:`gated_delta_rule`) keep S only. ``bytes_per_elem`` defaults to 4: the state is a running sum,
+    kept in float32.
+
+    >>> recurrent_state_bytes(32, 32, 128, 128, 1)   # 32 layers x 32 heads x 128 x 128 x 4 bytes: 64 MiB
+    67108864
+    """
+    _check_counts(n_layers=n_layers, n_heads=n_heads, key_dim=key_dim, value_dim=value_dim, batch_size=batch_size,
+                  bytes_per_elem=bytes_per_elem)
+    per_head = key_dim * value_dim + (key_dim if normalizer else 0)
+    return n_layers * n_heads * per_head * batch_size * bytes_per_elem
+
+
+def _gates(x: torch.Tensor | float | None, shape: torch.Size, like: torch.Tensor, name: str,
+           default: float) -> torch.Tensor:
+    """A per-(batch, head, position) gate in [0, 1], ``[B, H, T]``, from a tensor, a number or None."""
+    if x is None:
+        return torch.full(shape, default, dtype=like.dtype, device=like.device)
+    g = torch.as_tensor(x, dtype=like.dtype, device=like.device)
+    try:
+        g = g.expand(shape)
+    except RuntimeError:
+        raise ValueError(f"{name} must be a number or broadcast to [B, H, T] = {list(shape)}, "
+                         f"got shape {tuple(g.shape)}") from None
+    if not bool(((g >= 0) & (g <= 1)).all()):
+        raise ValueError(f"{name} must lie in [0, 1]")
+    return g
+
+
+def gated_linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                           decay: torch.Tensor | float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Linear attention with a forget gate, as a recurrence:  S_t = α_t S_{t-1} + k_t v_tᵀ,  o_t = S_tᵀ q_t.
+
+    The additive write of linear attention (no feature map, no normaliser, as in RetNet, GLA and
+    Mamba-2) with a decay α_t in [0, 1] (``decay``: a number or ``[B, H, T]``; None is 1, no forgetting).
+    The gate lets the layer fade old associations out instead of piling them up. ``q``, ``k``:
+    ``[B, H, T, d]``, ``v``: ``[B, H, T, d_v]``. Returns the outputs ``[B, H, T, d_v]`` and the final
+    state ``[B, H, d, d_v]`` — the layer's whole memory, the same size at any length.
+    """
+    _check_qkv(q, k, v)
+    alpha = _gates(decay, q.shape[:3], q, "decay", 1.0)
+    S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])  # (B, H, d, dv)
+    outs = []
+    for t in range(q.shape[2]):
+        S = alpha[:, :, t, None, None] * S + k[:, :, t, :, None] * v[:, :, t, None, :]
+        outs.append((q[:, :, t, :, None] * S).sum(-2))  # S_tᵀ q_t
+    return torch.stack(outs, dim=2), S
+
+
+def gated_delta_rule(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, beta: torch.Tensor | float,
+                     decay: torch.Tensor | float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (gated) delta rule:  S_t = α_t (S_{t-1} − β_t k_t (k_tᵀ S_{t-1})) + β_t k_t v_tᵀ,  o_t = S_tᵀ q_t.
+
+    DeltaNet (Schlag et al. 2021; Yang et al. 2024) writes the *correction* β_t k_t (v_t − S_{t-1}ᵀ k_t)ᵀ
+    instead of adding k_t v_tᵀ: what the state returns for k_t moves a fraction β_t of the way to v_t, so
+    with a unit key and β = 1 a new value replaces the old one rather than adding to it. Gated DeltaNet
+    (Yang, Kautz & Hatamizadeh 2024) also decays the state by α_t (``decay``; None is 1). Keys are
+    expected L2-normalised. ``beta``: a number or ``[B, H, T]`` in [0, 1]. Shapes and return as
+    :func:`gated_linear_attention`.
+    """
+    _check_qkv(q, k, v)
+    if beta is None:
+        raise ValueError("beta (the delta rule's write strength in [0, 1]) is required")
+    b = _gates(beta, q.shape[:3], q, "beta", 0.0)
+    alpha = _gates(decay, q.shape[:3], q, "decay", 1.0)
+    S = q.new_zeros(*q.shape[:2], q.shape[-1], v.shape[-1])  # (B, H, d, dv)
+    outs = []
+    for t in range(q.shape[2]):
+        kt, bt = k[:, :, t, :, None], b[:, :, t, None, None]  # (B, H, d, 1), (B, H, 1, 1)
+        read = (kt * S).sum(-2, keepdim=True)  # k_tᵀ S_{t-1}: what the state returns for k_t, (B, H, 1, dv)
+        S = alpha[:, :, t, None, None] * (S - bt * kt * read) + bt * kt * v[:, :, t, None, :]
+        outs.append((q[:, :, t, :, None] * S).sum(-2))
+    return torch.stack(outs, dim=2), S
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,14 +364,16 @@ class _PeakTensorMemory(TorchDispatchMode):
         return out
 
 
-def peak_memory_bytes(fn: Callable[[], object]) -> int:
+def peak_memory_bytes(fn: Callable[[], object], grad: bool = False) -> int:
     """Peak bytes of tensors allocated while ``fn()`` runs (its result included), on any device,
     as seen by torch's dispatcher. Deterministic: it counts tensors, not the allocator's pages.
+    ``grad=False`` runs ``fn`` under ``torch.no_grad()``; ``grad=True`` lets it build a graph and call
+    ``backward`` (the backward pass's tensors and the gradients are counted too).
 
     >>> peak_memory_bytes(lambda: torch.ones(1000, dtype=torch.float32))
     4000
     """
-    with torch.no_grad(), _PeakTensorMemory() as tracker:
+    with torch.set_grad_enabled(grad), _PeakTensorMemory() as tracker:
         result = fn()
         del result
     return tracker.peak
@@ -271,8 +406,9 @@ def measure_attention_scaling(lengths: Sequence[int], methods: Sequence[str] = (
                               batch_size: int = 1, n_heads: int = 4, head_dim: int = 64, repeats: int = 3,
                               threads: int | None = 1, seed: int = 0, device: str | torch.device = "cpu",
                               dtype: torch.dtype = torch.float32, timer: str = "auto",
-                              min_seconds: float = 0.0) -> list[dict]:
-    """Forward time and peak memory of causal attention against sequence length.
+                              min_seconds: float = 0.0, backward: bool = False) -> list[dict]:
+    """Time and peak memory of causal attention against sequence length: the forward pass, or with
+    ``backward=True`` the forward and backward passes (gradients of q, k and v), as in training.
 
     For each length and method: random q, k, v of shape ``[batch_size, n_heads, T, head_dim]``, one
     warm-up call, then the best of ``repeats`` timed calls — more if they took less than ``min_seconds``
@@ -281,7 +417,7 @@ def measure_attention_scaling(lengths: Sequence[int], methods: Sequence[str] = (
     ``timer``: ``"wall"`` (elapsed time), ``"cpu"`` (CPU time of the calling thread: on a shared
     machine it does not count the time other processes hold the core; valid for one thread on CPU)
     or ``"auto"`` (``"cpu"`` when measuring on CPU with ``threads=1``, else ``"wall"``).
-    Returns one dict per (length, method): ``seq_len``, ``method``, ``seconds``, ``peak_bytes``.
+    Returns one dict per (length, method): ``seq_len``, ``method``, ``seconds``, ``peak_bytes``, ``backward``.
     """
     unknown = [m for m in methods if m not in ATTENTION_METHODS]
     if unknown:
@@ -301,20 +437,25 @@ def measure_attention_scaling(lengths: Sequence[int], methods: Sequence[str] = (
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     gen = torch.Generator().manual_seed(seed)
     rows = []
-    with torch_threads(threads or torch.get_num_threads()), torch.no_grad():
+    with torch_threads(threads or torch.get_num_threads()), torch.set_grad_enabled(backward):
         for T in lengths:
             q, k, v = (torch.randn(batch_size, n_heads, T, head_dim, generator=gen, dtype=dtype).to(device)
-                       for _ in range(3))
+                       .requires_grad_(backward) for _ in range(3))
+            grad_out = torch.randn(batch_size, n_heads, T, head_dim, generator=gen, dtype=dtype).to(device)
             for name in methods:
-                attend = ATTENTION_METHODS[name]
+                def step(attend=ATTENTION_METHODS[name]):
+                    out = attend(q, k, v)
+                    if backward:
+                        q.grad = k.grad = v.grad = None
+                        out.backward(grad_out)
 
-                def call(attend=attend):
-                    attend(q, k, v)
+                def call():
+                    step()
                     sync()
 
                 call()  # warm-up
                 rows.append({"seq_len": T, "method": name, "seconds": _best_time(call, repeats, clock, min_seconds),
-                             "peak_bytes": peak_memory_bytes(lambda attend=attend: attend(q, k, v))})
+                             "peak_bytes": peak_memory_bytes(step, grad=backward), "backward": backward})
     return rows
 
 
