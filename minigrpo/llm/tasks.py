@@ -10,13 +10,18 @@
 Each task has a fixed held-out evaluation set (problems never drawn for training) and two rewards:
 ``format_reward`` (is the completion well formed and finished with EOS?) and ``correctness_reward``
 (is it right?). ``reward`` combines them: correctness + ``format_weight`` · format.
+``problem_from_prompt`` reads a problem back from its prompt, which is what lets the same checks
+run as TRL reward functions (``minigrpo.llm.rewards.TaskReward``) on a data set of prompts.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
 import re
 from dataclasses import dataclass, field
+
+from minigrpo.llm.rewards import reward_func_metrics
 
 
 @dataclass(frozen=True)
@@ -55,6 +60,13 @@ class Task:
     def is_well_formed(self, completion: str) -> bool:
         raise NotImplementedError
 
+    def problem_from_prompt(self, prompt: str) -> Problem:
+        """The problem a prompt of this task asks (ValueError for a prompt the task cannot have made)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read a problem back from its prompt")
+
+    def _unreadable(self, prompt: str) -> ValueError:
+        return ValueError(f"{prompt!r} is not a prompt of the {self.name} task")
+
     def is_correct(self, problem: Problem, completion: str) -> bool:
         raise NotImplementedError
 
@@ -79,16 +91,14 @@ class Task:
         """The trainer's one call into a task: the reward of each completion and the batch's metrics.
 
         ``problems[i]`` is the problem completion ``i`` answers (a group repeats its problem G
-        times). Metrics follow TRL's names, ``rewards/<function>/mean``; ``correct`` and ``format``
-        are the fractions of right and well-formed completions.
+        times). Metrics follow TRL's names, ``rewards/<function>/mean`` and ``/std``; ``correct`` and
+        ``format`` are the fractions of right and well-formed completions.
         """
         rows = list(zip(problems, completions, finished))
         correct = [self.correctness_reward(p, c, f) for p, c, f in rows]
         formatted = [self.format_reward(p, c, f) for p, c, f in rows]
         rewards = [self.reward(p, c, f) for p, c, f in rows]
-        n = max(len(rows), 1)
-        metrics = {"rewards/correctness_reward/mean": sum(correct) / n,
-                   "rewards/format_reward/mean": sum(formatted) / n}
+        metrics = reward_func_metrics({"correctness_reward": correct, "format_reward": formatted})
         metrics.update(correct=metrics["rewards/correctness_reward/mean"],
                        format=metrics["rewards/format_reward/mean"])
         return rewards, metrics
@@ -111,6 +121,13 @@ class AdditionTask(Task):
         lo, hi = 10 ** (self.digits - 1), 10**self.digits - 1
         a, b = rng.randint(lo, hi), rng.randint(lo, hi)
         return Problem(f"{a}+{b}=", str(a + b), (a, b))
+
+    def problem_from_prompt(self, prompt: str) -> Problem:
+        m = re.fullmatch(rf"({_NUMBER})\+({_NUMBER})=", prompt)
+        if m is None:
+            raise self._unreadable(prompt)
+        a, b = int(m.group(1)), int(m.group(2))
+        return Problem(prompt, str(a + b), (a, b))
 
     def is_well_formed(self, completion: str) -> bool:
         return re.fullmatch(_NUMBER, completion) is not None
@@ -141,6 +158,14 @@ class CountdownTask(Task):
                 shown = sorted(numbers)
                 return Problem(f"{','.join(map(str, shown))}>{target}:", expr, (tuple(shown), target))
 
+    def problem_from_prompt(self, prompt: str) -> Problem:
+        """The numbers and target; the answer is one solution (the prompt does not say which one was drawn)."""
+        m = re.fullmatch(r"(\d(?:,\d)*)>(\d+):", prompt)
+        if m is None:
+            raise self._unreadable(prompt)
+        numbers, target = tuple(sorted(int(n) for n in m.group(1).split(","))), int(m.group(2))
+        return Problem(prompt, _countdown_solution(numbers, target, self.ops) or "", (numbers, target))
+
     def is_well_formed(self, completion: str) -> bool:
         return _EXPR.fullmatch(completion) is not None
 
@@ -150,6 +175,16 @@ class CountdownTask(Task):
         numbers, target = problem.meta
         used = sorted(int(n) for n in re.findall(r"\d+", completion))
         return used == list(numbers) and eval(completion) == target  # noqa: S307 - validated above
+
+
+def _countdown_solution(numbers: tuple[int, ...], target: int, ops: str) -> str | None:
+    """The first expression (numbers in every order, each operator) that reaches ``target``, or None."""
+    for order in dict.fromkeys(itertools.permutations(numbers)):
+        for chosen in itertools.product(ops, repeat=len(order) - 1):
+            expr = str(order[0]) + "".join(o + str(n) for o, n in zip(chosen, order[1:]))
+            if eval(expr) == target:  # noqa: S307 - digits and + - * only, built here
+                return expr
+    return None
 
 
 class SortTask(Task):
@@ -167,6 +202,12 @@ class SortTask(Task):
     def _draw(self, rng: random.Random) -> Problem:
         digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(self.min_len, self.max_len)))
         return Problem(f"sort {digits}:", "".join(sorted(digits)), (digits,))
+
+    def problem_from_prompt(self, prompt: str) -> Problem:
+        m = re.fullmatch(r"sort (\d+):", prompt)
+        if m is None:
+            raise self._unreadable(prompt)
+        return Problem(prompt, "".join(sorted(m.group(1))), (m.group(1),))
 
     def is_well_formed(self, completion: str) -> bool:
         return re.fullmatch(r"\d+", completion) is not None
