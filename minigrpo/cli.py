@@ -23,6 +23,7 @@ examples:
   minigrpo run 01 --smoke     run lesson 01 in smoke mode (quick); the result goes to runs/
   minigrpo grade 01           grade exercises/01_*.ipynb
   minigrpo interview          practise interview questions, with spaced review of weak ones
+  minigrpo train llm --recipe gsm8k --smoke    SFT then GRPO on word problems, quickly; saved under runs/
 """
 
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -31,6 +32,8 @@ COURSE_MODULES = {"nbformat", "nbclient", "nbval", "pytest", "jupyter_core", "ju
                   "matplotlib"}
 #: exit status of a command stopped with Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
+#: the recipes of minigrpo.llm.recipes.RECIPES, named here so that --help imports no torch (a test keeps them equal)
+LLM_RECIPES = ("countdown", "sort", "addition", "gsm8k")
 
 
 def _error(command: str, message: str) -> None:
@@ -287,6 +290,67 @@ def cmd_interview(args: argparse.Namespace) -> int:
     return run_interview(args)
 
 
+# ----------------------------------------------------------------------------- train
+
+def _load_model(name: str, device):
+    """A pretrained model and its tokenizer, by hub name or folder; ValueError (one line) when it cannot load."""
+    from minigrpo.llm.models import load_causal_lm
+
+    try:
+        return load_causal_lm(name, device=device)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot load a model from {name!r}: {_one_line(exc)}") from None
+
+
+def _summary(result, out: Path, num_generations: int) -> str:
+    """The final table: held-out metrics before and after GRPO, the time per stage, where the files are."""
+    keys = [k for k in ("pass@1", f"pass@{num_generations}", "greedy", "format", "completion_length")
+            if k in result.grpo_eval]
+    lines = [f"held-out ({len(result.task.eval_set)} problems, {num_generations} samples each)"
+             f"{'before GRPO':>16}{'after GRPO':>14}"]
+    lines += [f"  {k:<40}{result.sft_eval.get(k, float('nan')):>14.3f}{result.grpo_eval[k]:>14.3f}" for k in keys]
+    s = result.seconds
+    lines.append(f"time: SFT {s['sft']:.0f} s, GRPO {s['grpo']:.0f} s, evaluation {s['eval']:.0f} s")
+    from minigrpo.tracking import latest_checkpoint
+
+    checkpoint = latest_checkpoint(out)
+    if checkpoint is not None:
+        lines.append(f"model: {_shown(checkpoint)} (loads with from_pretrained / load_causal_lm)")
+    lines.append(f"metrics and per-step history: {_shown(out / 'results.json')}")
+    return "\n".join(lines)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    out = Path(args.output) if args.output else Path("runs") / f"{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    from dataclasses import replace
+
+    from minigrpo.llm.recipes import resolve_recipe, run_recipe, save_run
+    from minigrpo.utils import get_device
+
+    try:
+        recipe = resolve_recipe(args.recipe, smoke=args.smoke, overrides=args.overrides)
+        grpo = recipe.grpo
+        recipe = replace(recipe, grpo=replace(grpo, output_dir=str(out),
+                                              logging_dir=grpo.logging_dir or str(out / "logs")))
+        device = get_device(args.device)
+        model, tokenizer = _load_model(args.model, device) if args.model else (None, None)
+    except (ValueError, TypeError, ImportError, RuntimeError) as exc:
+        _error("train", _one_line(exc))
+        return 2
+    what = args.model or f"the recipe's own tiny {recipe.arch} model"
+    sft = f"SFT {recipe.sft.steps} steps, then " if recipe.sft is not None else ""
+    print(f"training {what} on {device} with the {args.recipe} recipe{' (smoke)' if args.smoke else ''}: "
+          f"{sft}GRPO {recipe.grpo.max_steps} steps; writing {_shown(out)}", flush=True)
+    try:
+        result = run_recipe(recipe, seed=args.seed, progress=True, model=model, tokenizer=tokenizer, device=device)
+    except (ValueError, TypeError) as exc:  # a bad setting found once the model and data are there
+        _error("train", _one_line(exc))
+        return 2
+    save_run(out, recipe, result, model=args.model, seed=args.seed, smoke=args.smoke, device=str(device))
+    print(_summary(result, out, recipe.grpo.num_generations))
+    return 0
+
+
 # ----------------------------------------------------------------------------- the parser
 
 def build_parser() -> argparse.ArgumentParser:
@@ -334,6 +398,31 @@ def build_parser() -> argparse.ArgumentParser:
                       help="also overwrite exercise notebooks that hold answers (by default they are kept)")
     make.set_defaults(func=cmd_make_exercises)
 
+    train = sub.add_parser(
+        "train", help="train a language model with a recipe (SFT, then GRPO) and save it",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a recipe: SFT on demonstrations, then GRPO, with a held-out evaluation before and after "
+                    "GRPO. Without --model, the recipe's own tiny model; with it, a pretrained causal LM by hub name "
+                    "or folder. Checkpoints (loadable with from_pretrained) and results.json (metrics, per-step "
+                    "history) go to the output folder.",
+        epilog="examples:\n"
+               "  minigrpo train llm --recipe gsm8k --smoke\n"
+               "  minigrpo train llm --recipe gsm8k --model Qwen/Qwen2.5-0.5B-Instruct sft=none grpo.max_steps=100\n"
+               "  minigrpo train llm --recipe countdown grpo.learning_rate=1e-4 beta=0.04\n\n"
+               "overrides: FIELD=VALUE, FIELD a Recipe field (arch, sft=none, ...), sft.<SFTConfig field>, "
+               "grpo.<GRPOConfig field>,\ntask_kwargs.<key> or model_kwargs.<key>; a bare GRPOConfig or SFTConfig field "
+               "name when only one has it.")
+    train.add_argument("world", choices=["llm"], help="what to train (llm: a causal language model)")
+    train.add_argument("--recipe", required=True, metavar="NAME", help=f"one of: {', '.join(LLM_RECIPES)}")
+    train.add_argument("--model", metavar="NAME_OR_PATH",
+                       help="a pretrained model (hub name or folder) instead of the recipe's own tiny model")
+    train.add_argument("--smoke", action="store_true", help="a few steps of each stage (checks that it runs)")
+    train.add_argument("--output", metavar="DIR", help="where to write (default: runs/<recipe>-<timestamp>)")
+    train.add_argument("--seed", type=int, default=0, help="seeds the model, the data stream and sampling (default: 0)")
+    train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
+    train.add_argument("overrides", nargs="*", metavar="FIELD=VALUE", help="config overrides (see below)")
+    train.set_defaults(func=cmd_train)
+
     from minigrpo.course.interview.practice import add_arguments as interview_arguments  # standard library only
 
     interview = sub.add_parser("interview", help="practise interview questions: spaced review, mock rounds, drills")
@@ -342,8 +431,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """Parse the command line; ``train``'s FIELD=VALUE overrides may also come after its options (argparse
+    fills a ``*`` positional at its first chance, so later ones arrive as unrecognised arguments)."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command == "train" and not any(e.startswith("-") for e in extra):
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = _parse(argv)
     try:
         return args.func(args)
     except KeyboardInterrupt:

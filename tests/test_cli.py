@@ -287,3 +287,78 @@ def test_a_library_only_install_gets_one_line_for_course_commands(monkeypatch, c
     assert main(["make-exercises", "--check"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nbformat" in err and "pip install -e '.[course]'" in err
+
+
+# ----------------------------------------------------------------------------- train llm
+
+def test_train_llm_recipes_listed_without_torch_are_the_recipes():
+    from minigrpo.cli import LLM_RECIPES
+    from minigrpo.llm.recipes import RECIPES
+
+    assert set(LLM_RECIPES) == set(RECIPES)
+    text = build_parser()._subparsers._group_actions[0].choices["train"].format_help()
+    assert "--recipe NAME" in text and "gsm8k" in text and "FIELD=VALUE" in text
+
+
+def test_train_llm_on_a_saved_model_writes_a_checkpoint_and_results(tmp_path, monkeypatch, capsys):
+    """The whole command on a tiny model saved to a folder: smoke recipe, overrides after the options too."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the gsm8k loader must not look for the hub
+    import torch
+
+    from minigrpo.llm.gsm8k import ALPHABET
+    from minigrpo.llm.models import load_causal_lm, make_tiny_model
+    from minigrpo.llm.tokenizer import build_char_tokenizer
+
+    torch.set_num_threads(1)
+    tok = build_char_tokenizer(ALPHABET)
+    make_tiny_model(tok, "qwen2", seed=0, hidden_size=32, num_layers=1, max_positions=256).save_pretrained(tmp_path / "m")
+    tok.save_pretrained(tmp_path / "m")
+    out = tmp_path / "run"
+    argv = ["train", "llm", "--recipe", "gsm8k", "--model", str(tmp_path / "m"), "--smoke", "--output", str(out),
+            "--device", "cpu", "sft.steps=2", "grpo.max_steps=1", "task_kwargs.max_completion_length=12"]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert f"training {tmp_path / 'm'} on cpu with the gsm8k recipe (smoke): SFT 2 steps, then GRPO 1 steps" in printed
+    assert "held-out (4 problems, 4 samples each)" in printed and "checkpoint-1" in printed
+    record = json.loads((out / "results.json").read_text())
+    assert record["recipe"]["grpo"]["max_steps"] == 1 and record["model"] == str(tmp_path / "m")
+    assert set(record["grpo_eval"]) >= {"pass@1", "pass@4", "format"} and len(record["grpo_history"]["reward"]) == 1
+    assert "rewards/correctness_reward/mean" in record["grpo_history"]
+    model, _ = load_causal_lm(str(out / "checkpoint-1"))
+    assert model.config.hidden_size == 32
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--recipe", "gsm9k"], "minigrpo train: no recipe 'gsm9k' (did you mean gsm8k?); recipes: countdown, sort, "
+                            "addition, gsm8k"),
+    (["--recipe", "sort", "grpo.max_step=3"], "minigrpo train: unknown field 'grpo.max_step'; close matches: "
+                                              "grpo.max_steps"),
+    (["--recipe", "sort", "learning_rate=1e-4"], "minigrpo train: learning_rate is ambiguous: write "
+                                                 "sft.learning_rate or grpo.learning_rate"),
+    (["--recipe", "sort", "max_steps=ten"], "minigrpo train: grpo.max_steps: cannot read 'ten' as an int"),
+    (["--recipe", "sort", "grpo.num_generations=1"], "minigrpo train: GRPOConfig.num_generations must be >= 2, got 1"),
+    (["--recipe", "sort", "steps"], "minigrpo train: override 'steps' must be field=value, e.g. grpo.max_steps=10"),
+    (["--recipe", "sort", "--device", "cpu", "--model", "no/such-model-here"],
+     "minigrpo train: cannot load a model from 'no/such-model-here'"),
+])
+def test_train_llm_errors_are_one_line(argv, message, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert main(["train", "llm", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(message), err
+
+
+def test_recipe_overrides_are_read_by_the_fields_types():
+    from minigrpo.llm.recipes import RECIPES, apply_overrides, resolve_recipe
+
+    r = apply_overrides(RECIPES["sort"], ["beta=0.04", "grpo.epsilon_high=none", "sft.steps=7", "arch=qwen2",
+                                          "filter_zero_std_groups=false", "report_to=none", "grpo.output_dir=out/x",
+                                          "task_kwargs.max_len=6", 'model_kwargs={"hidden_size": 32}'])
+    assert (r.grpo.beta, r.grpo.epsilon_high, r.sft.steps, r.arch) == (0.04, None, 7, "qwen2")
+    assert r.grpo.filter_zero_std_groups is False and str(r.grpo.output_dir) == "out/x"
+    assert r.task_kwargs == {"max_len": 6} and r.model_kwargs == {"hidden_size": 32}
+    assert apply_overrides(r, ["sft=none"]).sft is None
+    assert apply_overrides(r, ["resume_from_checkpoint=true"]).grpo.resume_from_checkpoint is True
+    smoke = resolve_recipe("gsm8k", smoke=True, overrides=["grpo.num_generations=2"])
+    assert smoke.grpo.max_steps == 4 and smoke.task_kwargs["eval_size"] == 4 and smoke.grpo.num_generations == 2
+    assert RECIPES["gsm8k"].grpo.num_generations == 8  # the registry is left as it was

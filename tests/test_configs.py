@@ -175,7 +175,7 @@ def test_edge_values_the_lessons_and_tests_use_are_accepted():
     DiffusionGRPOConfig(**DIGITS_RECIPE)
     for preset in PRESETS.values():
         PPOConfig(**preset)
-    assert set(RECIPES) == {"addition", "countdown", "sort"}
+    assert set(RECIPES) == {"addition", "countdown", "sort", "gsm8k"}
 
 
 def test_existing_messages_still_match():

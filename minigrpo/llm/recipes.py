@@ -1,40 +1,59 @@
 """End-to-end recipes: tokenizer → tiny model → SFT (the reference) → GRPO, with held-out metrics.
 
-One place defines what lesson 06, the benchmark and the tests run, so their numbers agree.
+One place defines what lesson 06, the benchmark, the tests and ``minigrpo train llm`` run, so their
+numbers agree. A recipe names a task, the recipe's own tiny model (used when no pretrained model is
+given) and the SFT and GRPO configs; :func:`apply_overrides` changes any field from ``field=value``
+text (the command line's), each value read by the field's type.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import json
 import time
-from dataclasses import dataclass, field, replace
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 
 import torch
 
-from minigrpo._checks import check_config_types, one_of
+from minigrpo._checks import _expected, check_config_types, one_of
 from minigrpo.llm.grpo import GRPOConfig, GRPOResult, train_grpo
+from minigrpo.llm.gsm8k import ALPHABET as GSM8K_ALPHABET
+from minigrpo.llm.gsm8k import gsm8k_task
 from minigrpo.llm.models import ARCHITECTURES, make_tiny_model
 from minigrpo.llm.sft import SFTConfig, evaluate_task, train_sft
 from minigrpo.llm.tasks import TASKS, Task
-from minigrpo.llm.tokenizer import build_char_tokenizer
+from minigrpo.llm.tokenizer import DEFAULT_ALPHABET, build_char_tokenizer
+
+#: the tasks a recipe can name: the built-in ones, and "gsm8k" (word problems; minigrpo.llm.gsm8k.gsm8k_task)
+RECIPE_TASKS = (*TASKS, "gsm8k")
 
 
 @dataclass
 class Recipe:
-    task: str = "addition"  #: a key of minigrpo.llm.tasks.TASKS
-    task_kwargs: dict = field(default_factory=dict)
-    arch: str = "llama"  #: "llama", "qwen2" or "gpt2"
+    task: str = "addition"  #: a key of minigrpo.llm.tasks.TASKS, or "gsm8k"
+    task_kwargs: dict = field(default_factory=dict)  #: passed to the task's constructor
+    arch: str = "llama"  #: the recipe's own model: "llama", "qwen2" or "gpt2"
     model_kwargs: dict = field(default_factory=lambda: dict(hidden_size=128, num_layers=2, num_heads=4, num_kv_heads=2))
-    sft: SFTConfig = field(default_factory=SFTConfig)
+    alphabet: str | None = None  #: the characters of the recipe's own tokenizer (None: tokenizer.DEFAULT_ALPHABET)
+    sft: SFTConfig | None = field(default_factory=SFTConfig)  #: None: no SFT stage (a model that needs none)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
+    smoke_overrides: tuple[str, ...] = ()  #: ``field=value`` settings that smoke() applies after its own
 
     def __post_init__(self):
         check_config_types(self)
-        one_of(self, "task", TASKS)
+        one_of(self, "task", RECIPE_TASKS)
         one_of(self, "arch", ARCHITECTURES)
 
     def smoke(self) -> "Recipe":
         """A few steps of each stage: checks that everything runs, not that it learns."""
-        return replace(self, sft=replace(self.sft, steps=20), grpo=replace(self.grpo, max_steps=4, eval_every=0))
+        sft = None if self.sft is None else replace(self.sft, steps=20)
+        return apply_overrides(replace(self, sft=sft, grpo=replace(self.grpo, max_steps=4, eval_every=0)),
+                               self.smoke_overrides)
 
 
 RECIPES: dict[str, Recipe] = {
@@ -66,6 +85,23 @@ RECIPES: dict[str, Recipe] = {
         sft=SFTConfig(steps=2000, batch_size=64, learning_rate=3e-3),
         grpo=GRPOConfig(max_steps=300, prompts_per_step=16, num_generations=8, learning_rate=3e-4, eval_every=50),
     ),
+    # Word problems in GSM8K's format (the real GSM8K where the hub answers, else the generated stand-in):
+    # reasoning in <think>...</think>, the number in <answer>...</answer>; reward = correctness + 0.1 · format.
+    # The recipe's own model is character-level (completions of 100-190 characters), SFT on the worked
+    # solutions then GRPO. With --model (e.g. Qwen/Qwen2.5-0.5B-Instruct) the prompts become chat
+    # conversations with the system prompt; sft=none skips SFT for a model that already follows it.
+    "gsm8k": Recipe(
+        task="gsm8k",
+        task_kwargs=dict(eval_size=200),
+        model_kwargs=dict(hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, max_positions=512),
+        alphabet=GSM8K_ALPHABET,
+        sft=SFTConfig(steps=3000, batch_size=32, learning_rate=1e-3),
+        grpo=GRPOConfig(max_steps=200, prompts_per_step=16, num_generations=8, learning_rate=1e-4,
+                        filter_zero_std_groups=True, eval_every=50),
+        smoke_overrides=("task_kwargs.train_size=64", "task_kwargs.eval_size=4", "task_kwargs.max_completion_length=64",
+                         "model_kwargs.hidden_size=64", "model_kwargs.num_layers=2", "sft.batch_size=4",
+                         "grpo.prompts_per_step=2", "grpo.num_generations=4"),
+    ),
 }
 
 
@@ -81,15 +117,40 @@ class RecipeResult:
     seconds: dict  #: wall-clock per stage: sft, grpo, eval
 
 
-def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: bool = True) -> RecipeResult:
-    """SFT a fresh tiny model, evaluate it, GRPO it, evaluate again (held-out set, G samples each)."""
-    tok = build_char_tokenizer()
-    task = TASKS[recipe.task](**recipe.task_kwargs)
-    model = make_tiny_model(tok, recipe.arch, seed=seed, **recipe.model_kwargs)
-    times = {}
-    t = time.perf_counter()
-    sft_hist = train_sft(model, tok, task, replace(recipe.sft, seed=seed), progress=progress)
-    times["sft"] = time.perf_counter() - t
+def build_tokenizer(recipe: Recipe):
+    """The recipe's own character tokenizer."""
+    return build_char_tokenizer(recipe.alphabet or DEFAULT_ALPHABET)
+
+
+def build_task(recipe: Recipe, tokenizer=None) -> Task:
+    """The recipe's task (the gsm8k task sees the tokenizer: chat prompts for a chat model, lengths in tokens)."""
+    if recipe.task == "gsm8k":
+        kwargs = {"system_prompt": None, **recipe.task_kwargs}  # a model without a chat template: the bare question
+        if getattr(tokenizer, "chat_template", None) is not None and "system_prompt" not in recipe.task_kwargs:
+            kwargs.pop("system_prompt")  # a chat model: the default system prompt explains the format
+        return gsm8k_task(tokenizer=tokenizer, **kwargs)
+    return TASKS[recipe.task](**recipe.task_kwargs)
+
+
+def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: bool = True, model=None,
+               tokenizer=None, device: str | torch.device | None = None) -> RecipeResult:
+    """SFT, evaluate, GRPO, evaluate again (held-out set, G samples each).
+
+    Without ``model``, a fresh tiny model of the recipe's architecture and its character tokenizer
+    (on ``device``, default CPU); with one (and its ``tokenizer``), that model, e.g. from ``load_causal_lm``.
+    """
+    if (model is None) != (tokenizer is None):
+        raise ValueError("run_recipe needs both model and tokenizer, or neither (the recipe's own tiny model)")
+    tok = tokenizer if tokenizer is not None else build_tokenizer(recipe)
+    if model is None:
+        model = make_tiny_model(tok, recipe.arch, seed=seed, **recipe.model_kwargs).to(device or "cpu")
+    task = build_task(recipe, tok)
+    times = {"sft": 0.0}
+    sft_hist: dict = {}
+    if recipe.sft is not None:
+        t = time.perf_counter()
+        sft_hist = train_sft(model, tok, task, replace(recipe.sft, seed=seed), progress=progress)
+        times["sft"] = time.perf_counter() - t
     G = recipe.grpo.num_generations
     t = time.perf_counter()
     sft_eval = evaluate_task(model, tok, task, num_generations=G, seed=seed) if evaluate else {}
@@ -98,6 +159,133 @@ def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: b
     result = train_grpo(model, tok, task, replace(recipe.grpo, seed=seed, eval_every=0), progress=progress)
     times["grpo"] = time.perf_counter() - t
     t = time.perf_counter()
-    grpo_eval = evaluate_task(model, tok, task, num_generations=G, seed=seed) if evaluate else {}
+    grpo_eval = evaluate_task(result.model, tok, task, num_generations=G, seed=seed) if evaluate else {}
     times["eval"] += time.perf_counter() - t
-    return RecipeResult(model, tok, task, sft_eval, grpo_eval, result, sft_hist, times)
+    return RecipeResult(result.model, tok, task, sft_eval, grpo_eval, result, sft_hist, times)
+
+
+# ----------------------------------------------------------------------------- field=value overrides
+
+def _candidates(recipe: Recipe) -> dict[str, tuple[type, str]]:
+    """Every settable name: ``{"grpo.max_steps": (GRPOConfig, "max_steps"), "arch": (Recipe, "arch"), ...}``."""
+    names = {f.name: (Recipe, f.name) for f in dataclasses.fields(Recipe)}
+    for prefix, cls in (("sft", SFTConfig), ("grpo", GRPOConfig)):
+        names.update({f"{prefix}.{f.name}": (cls, f.name) for f in dataclasses.fields(cls)})
+    return names
+
+
+def _resolve(key: str, recipe: Recipe) -> str:
+    """``key`` as a qualified name (``max_steps`` → ``grpo.max_steps`` when only one config has it)."""
+    names = _candidates(recipe)
+    if key in names or key.split(".", 1)[0] in ("task_kwargs", "model_kwargs") and "." in key:
+        return key
+    owners = [n for n in names if n.endswith(f".{key}")]
+    if len(owners) == 1:
+        return owners[0]
+    if len(owners) > 1:
+        raise ValueError(f"{key} is ambiguous: write {' or '.join(owners)}")
+    close = difflib.get_close_matches(key, list(names) + [n.split(".", 1)[1] for n in names if "." in n], n=3)
+    hint = f"; close matches: {', '.join(close)}" if close else "; fields are Recipe's, sft.<SFTConfig field> " \
+                                                               "and grpo.<GRPOConfig field>"
+    raise ValueError(f"unknown field {key!r}{hint}")
+
+
+_NONE_WORDS, _TRUE_WORDS, _FALSE_WORDS = ("none", "null"), ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def parse_value(text: str, tp, where: str):
+    """``text`` read as the annotation ``tp`` asks: int, float, bool, str, Path, None, lists (comma-separated),
+    dicts (JSON); a union tries its other types before str, and a list only for text with a comma."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if text.strip().lower() in _NONE_WORDS and type(None) in args:
+            return None
+        options = sorted((a for a in args if a is not type(None)), key=lambda a: a is str or a is Path)
+        options = [a for a in options if typing.get_origin(a) not in (list, tuple) or "," in text] or options
+        for option in options:
+            try:
+                return parse_value(text, option, where)
+            except (ValueError, TypeError):
+                continue
+        raise ValueError(f"{where}: cannot read {text!r} as {_expected(tp)}")
+    try:
+        if tp is bool:
+            word = text.strip().lower()
+            if word not in _TRUE_WORDS + _FALSE_WORDS:
+                raise ValueError
+            return word in _TRUE_WORDS
+        if tp is int:
+            return int(text)
+        if tp is float:
+            return float(text)
+        if tp is str:
+            return text
+        if tp is Path:
+            return Path(text)
+        if origin in (list, tuple) or tp in (list, tuple):
+            items = [parse_value(t.strip(), args[0] if args else str, where) for t in text.split(",") if t.strip()]
+            return items if (origin or tp) is list else tuple(items)
+        if origin is dict or tp is dict:
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise ValueError
+            return value
+    except (ValueError, json.JSONDecodeError):
+        raise ValueError(f"{where}: cannot read {text!r} as {_expected(tp)}"
+                         + (" (JSON)" if tp is dict or origin is dict else "")) from None
+    if dataclasses.is_dataclass(tp):
+        raise ValueError(f"{where} can only be set to none here (set its fields as {where}.<field>=...)")
+    return text
+
+
+def _literal(text: str):
+    """A task_kwargs / model_kwargs value: JSON when it parses (numbers, true, lists, ...), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None if text.lower() in _NONE_WORDS else text
+
+
+def apply_overrides(recipe: Recipe, overrides: Sequence[str]) -> Recipe:
+    """``recipe`` with each ``field=value`` applied in order: ``grpo.max_steps=10``, ``sft=none``, ``arch=qwen2``,
+    ``task_kwargs.eval_size=50``, or a bare ``max_steps=10`` when one config alone has the field. Every value
+    goes through the configs' own checks, so a bad one fails here in one sentence naming the field."""
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"override {item!r} must be field=value, e.g. grpo.max_steps=10")
+        key = _resolve(key, recipe)
+        head, _, rest = key.partition(".")
+        if head in ("task_kwargs", "model_kwargs") and rest:
+            recipe = replace(recipe, **{head: {**getattr(recipe, head), rest: _literal(text)}})
+        elif rest:
+            cls = SFTConfig if head == "sft" else GRPOConfig
+            value = parse_value(text, typing.get_type_hints(cls)[rest], key)
+            recipe = replace(recipe, **{head: replace(getattr(recipe, head) or cls(), **{rest: value})})
+        else:
+            recipe = replace(recipe, **{head: parse_value(text, typing.get_type_hints(Recipe)[head], head)})
+    return recipe
+
+
+def resolve_recipe(name: str, smoke: bool = False, overrides: Sequence[str] = ()) -> Recipe:
+    """``RECIPES[name]`` (its smoke variant with ``smoke``), then ``overrides``."""
+    if name not in RECIPES:
+        close = difflib.get_close_matches(name, RECIPES, n=1)
+        raise ValueError(f"no recipe {name!r}" + (f" (did you mean {close[0]}?)" if close else "")
+                         + f"; recipes: {', '.join(RECIPES)}")
+    recipe = RECIPES[name].smoke() if smoke else RECIPES[name]
+    return apply_overrides(recipe, overrides)
+
+
+def save_run(folder: str | Path, recipe: Recipe, result: RecipeResult, **extra) -> Path:
+    """``folder/results.json``: the recipe, ``extra`` (model, seed, ...), the evaluations, times and histories."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {"recipe": asdict(recipe), **extra, "seconds": result.seconds, "sft_eval": result.sft_eval,
+              "grpo_eval": result.grpo_eval, "sft_history": result.sft_history,
+              "grpo_history": result.grpo.history if result.grpo else {},
+              "grpo_evals": result.grpo.evals if result.grpo else []}
+    path = folder / "results.json"
+    path.write_text(json.dumps(record, indent=1, default=str))
+    return path
