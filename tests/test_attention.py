@@ -310,3 +310,25 @@ def test_measure_attention_scaling_backward_rows():
     assert [r["backward"] for r in rows] == [True, True]
     # forward + backward keeps at least the three input gradients (3 x [1, 2, 8, 4] float32) alive
     assert all(r["peak_bytes"] >= 3 * 2 * 8 * 4 * 4 for r in rows)
+
+
+def test_memory_options_hand_computed():
+    """Lesson 10's table: a 32-layer model with 32 heads of 128, 32k tokens, batch 8."""
+    from minigrpo.experiments.attention import memory_options
+
+    GiB, tokens = 2**30, 32768 * 8
+    got = {name: nbytes for name, nbytes, _ in memory_options(32768, 8)}
+    assert got["MHA, fp16"] == 2 * 32 * 32 * 128 * 2 * tokens == 128 * GiB
+    assert got["GQA 8 KV heads, fp16"] == 32 * GiB and got["MQA 1 KV head, fp16"] == 4 * GiB
+    assert got["MLA, latent 512 + RoPE key 64"] == 32 * (512 + 64) * 2 * tokens == 9 * GiB
+    assert got["sliding window 4k, MHA"] == 2 * 32 * 32 * 128 * 2 * 4096 * 8 == 16 * GiB
+    assert got["sliding window 4k, GQA-8"] == 4 * GiB
+    # 8 full GQA-8 layers over 32k tokens (8 GiB) + 24 window layers over 4k (3 GiB)
+    assert got["hybrid: 1/4 full, 3/4 window"] == 11 * GiB
+    assert got["linear attention (elu+1), fp32"] == 32 * 32 * (128 * 128 + 128) * 4 * 8
+    assert got["gated delta rule, fp32"] == 32 * 32 * 128 * 128 * 4 * 8 == GiB // 2
+    assert got["hybrid: 1/4 full, 3/4 delta rule"] == 8 * GiB + 24 * 32 * 128 * 128 * 4 * 8
+    # below the window, a sliding window saves nothing; a recurrent state does not change with the context
+    short = {name: nbytes for name, nbytes, _ in memory_options(4096, 8)}
+    assert short["sliding window 4k, MHA"] == short["MHA, fp16"]
+    assert short["gated delta rule, fp32"] == got["gated delta rule, fp32"]
