@@ -332,3 +332,18 @@ def test_memory_options_hand_computed():
     short = {name: nbytes for name, nbytes, _ in memory_options(4096, 8)}
     assert short["sliding window 4k, MHA"] == short["MHA, fp16"]
     assert short["gated delta rule, fp32"] == got["gated delta rule, fp32"]
+
+
+def test_state_recall_gates_and_delta_rule_keep_the_recent_pairs():
+    """256 pairs in a 64 x 64 state, seeds 0-4 (measured): the KV cache recalls all (1.000); of the last 16 pairs
+    the additive rule reads back 0.42-0.48, the delta rule 0.88-0.92, the gated rules 0.86-0.91; over all pairs
+    the additive rule keeps the most (0.44-0.45, against 0.10-0.25 for the others)."""
+    from minigrpo.experiments.attention import state_recall
+
+    for seed in range(3):
+        r = state_recall(256, d=64, seed=seed, last=16)
+        soft, additive = r["softmax over the KV cache"], r["linear (additive)"]
+        assert soft[0] > 0.999
+        for name in ("gated linear (α = 0.95)", "delta rule (β = 1)", "gated delta rule (α = 0.95)"):
+            assert r[name][1] > additive[1] + 0.3, name
+            assert r[name][0] < additive[0] - 0.1, name
