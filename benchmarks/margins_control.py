@@ -6,7 +6,7 @@ script runs the same training as the test over several seeds and ``torch.set_num
 n in {1, 2}, and prints the measured effect per run, the smallest effect, and the threshold the
 test asserts (at most half the smallest effect).
 
-Note: every trainer (``train_reinforce``, ``run_on_policy``) and ``collect_episodes`` /
+Note: every trainer (``train_reinforce``, ``run_on_policy``: both ``train_loop``) and ``collect_episodes`` /
 ``per_episode_gradients`` run inside ``torch_threads(1)``, so the outer thread count reaches only
 the code around them; the ``fingerprint`` column (a hash of the run's history, timings left out)
 shows whether it changed anything.
@@ -42,13 +42,12 @@ import torch
 from minigrpo.control import (
     A2CConfig,
     ActorCritic,
-    CategoricalMLPPolicy,
+    MLPPolicy,
     PPOConfig,
     ReinforceConfig,
     TRPOConfig,
     collect_episodes,
     evaluate,
-    make_envs,
     make_vec_env,
     train_a2c,
     train_ppo,
@@ -67,8 +66,8 @@ import _margins  # benchmarks/_margins.py: the shared command line
 def variance_setup(seed: int) -> dict[str, float]:
     """test_reward_to_go_and_a_baseline_reduce_gradient_variance, on ``seed``."""
     torch.manual_seed(seed)
-    policy = CategoricalMLPPolicy(4, 2, (32, 32))
-    envs = make_envs("CartPole-v1", 16, seed=seed)
+    policy = MLPPolicy(4, 2, (32, 32))
+    envs = make_vec_env("CartPole-v1", 16, seed=seed)
     fit = collect_episodes(envs, policy, n_episodes=64)
     test = collect_episodes(envs, policy, n_episodes=128)
     horizon = max(len(e) for e in fit + test)
@@ -86,18 +85,8 @@ def variance_setup(seed: int) -> dict[str, float]:
             "v_baseline": variance(returns="reward_to_go", baseline=lambda e: table[: len(e)])}
 
 
-def untrained_reinforce_return(cfg: ReinforceConfig) -> float:
-    """Greedy evaluation of the policy train_reinforce starts from (same seeding, same evaluation)."""
-    seed_everything(cfg.seed)
-    envs = make_envs(cfg.env_id, cfg.episodes_per_iter, seed=cfg.seed)
-    policy = CategoricalMLPPolicy(envs[0].observation_space.shape[0], int(envs[0].action_space.n), cfg.hidden_sizes)
-    for env in envs:
-        env.close()
-    return float(evaluate(policy, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed).mean())
-
-
-def untrained_onpolicy_return(cfg, deterministic: bool = True, episodes: int | None = None) -> float:
-    """Mean return of the agent run_on_policy starts from (same seeding), greedy or sampled actions."""
+def untrained_return(cfg, deterministic: bool = True, episodes: int | None = None) -> float:
+    """Mean return of the agent a trainer starts from (``train_loop``'s seeding), greedy or sampled actions."""
     seed_everything(cfg.seed)
     envs = make_vec_env(cfg.env_id, cfg.num_envs)
     agent = ActorCritic(envs.single_observation_space, envs.single_action_space, cfg.hidden_sizes)
@@ -111,7 +100,7 @@ def reinforce_solves_cfg(seed: int) -> ReinforceConfig:
 
 
 def reinforce_no_baseline_cfg(seed: int) -> ReinforceConfig:
-    return ReinforceConfig(seed=seed, baseline="none", iterations=30, eval_every=0)
+    return ReinforceConfig(seed=seed, baseline="none", num_iterations=20, eval_every_steps=0)
 
 
 def ppo_target_kl_cfg(seed: int) -> PPOConfig:
@@ -160,11 +149,10 @@ def m_reinforce_solves(seed: int) -> dict:
     cfg = reinforce_solves_cfg(seed)
     res = train_reinforce(cfg, progress=False)
     h = res.history
-    return {"untrained_greedy": untrained_reinforce_return(cfg), "solved_at_step": res.solved_at_step,
+    return {"untrained_greedy": untrained_return(cfg), "solved_at_step": res.solved_at_step,
             "solved_at_iteration": h["iteration"][-1] if res.solved_at_step else None,
-            "budget_iterations": cfg.iterations, "last_eval": h["eval_return"][-1], "max_eval": max(h["eval_return"]),
-            "curve": " ".join(f"it{i}:{r:.0f}" for i, r in
-                              zip(range(cfg.eval_every, 10**9, cfg.eval_every), h["eval_return"])),
+            "budget_iterations": cfg.num_iterations, "last_eval": h["eval_return"][-1],
+            "max_eval": max(h["eval_return"]), "curve": _curve(h),
             "train_return": [round(x, 1) for x in h["train_return"]], "fingerprint": _fingerprint(h)}
 
 
@@ -185,7 +173,7 @@ def m_ppo_target_kl(seed: int) -> dict:
 def _solve_run(cfg, trainer: Callable) -> dict:
     res = trainer(cfg, progress=False)
     h = res.history
-    out = {"untrained": untrained_onpolicy_return(cfg), "solved_at_step": res.solved_at_step,
+    out = {"untrained": untrained_return(cfg), "solved_at_step": res.solved_at_step,
            "train_return": [round(x, 1) for x in h["train_return"]], "env_steps": h["env_steps"][-1],
            "budget": cfg.total_timesteps, "last_eval": h["eval_return"][-1], "max_eval": max(h["eval_return"]),
            "curve": _curve(h), "fingerprint": _fingerprint(h)}
@@ -198,7 +186,7 @@ def _learn_run(cfg, trainer: Callable) -> dict:
     """Sampled-policy return at the end of training (the trainer's rolling mean of the last 20
     training episodes) against the untrained agent's sampled return (20 episodes)."""
     h = trainer(cfg, progress=False).history
-    out = {"untrained_sampled": untrained_onpolicy_return(cfg, deterministic=False, episodes=20),
+    out = {"untrained_sampled": untrained_return(cfg, deterministic=False, episodes=20),
            "first_train_return": h["train_return"][0], "final_train_return": h["train_return"][-1],
            "env_steps": h["env_steps"][-1], "fingerprint": _fingerprint(h)}
     out["gain"] = out["final_train_return"] - out["untrained_sampled"]
@@ -228,11 +216,11 @@ MEASURES: dict[str, tuple[str, Callable[[int], dict]]] = {
 #: "exact": holds by construction (asserted is the bound), shown for information.
 INF = float("inf")
 EFFECTS: dict[str, list[tuple[str, Callable[[dict], float], str, float]]] = {
-    "variance": [("Var(episode)/Var(rtg) - 1", lambda r: r["ratio_ep_rtg"] - 1, "effect", 1.4),
-                 ("Var(rtg)/Var(rtg-b) - 1", lambda r: r["ratio_rtg_base"] - 1, "effect", 0.25)],
+    "variance": [("Var(episode)/Var(rtg) - 1", lambda r: r["ratio_ep_rtg"] - 1, "effect", 1.0),
+                 ("Var(rtg)/Var(rtg-b) - 1", lambda r: r["ratio_rtg_base"] - 1, "effect", 0.06)],
     "reinforce_solves": [("iterations to solve", lambda r: r["solved_at_iteration"] or INF, "solve", 150),
                          ("env steps to solve", lambda r: r["solved_at_step"] or INF, "solve", INF)],
-    "reinforce_no_baseline": [("last5 - first5 train return", lambda r: r["gain"], "effect", 140)],
+    "reinforce_no_baseline": [("last5 - first5 train return", lambda r: r["gain"], "effect", 110)],
     "ppo_target_kl": [("10 - max epochs run", lambda r: r["epochs_saved_min"], "effect", 4.5),
                       ("min approx_kl / target_kl", lambda r: r["kl_over_target_min"], "exact", 1.0)],
     "ppo_solves": [("env steps to solve", lambda r: r["solved_at_step"] or INF, "solve", 60_000)],

@@ -45,7 +45,7 @@ WRONG_TYPES = [
     (TRPOConfig, dict(cg_iters=10.5), "cg_iters"),
     (A2CConfig, dict(learning_rate="1e-3"), "learning_rate"),
     (ReinforceConfig, dict(target_return="475"), "target_return"),
-    (ReinforceConfig, dict(normalize_advantages=None), "normalize_advantages"),
+    (ReinforceConfig, dict(norm_adv=None), "norm_adv"),
 ]
 
 # (config, keyword arguments with a value of the right type but out of range, the field)
@@ -101,8 +101,9 @@ BAD_VALUES = [
     (A2CConfig, dict(learning_rate=0.0), "learning_rate"),
     (A2CConfig, dict(vf_coef=-0.5), "vf_coef"),
     (ReinforceConfig, dict(gamma=-0.5), "gamma"),
-    (ReinforceConfig, dict(lr=0.0), "lr"),
-    (ReinforceConfig, dict(value_iters=0), "value_iters"),
+    (ReinforceConfig, dict(learning_rate=0.0), "learning_rate"),
+    (ReinforceConfig, dict(vf_iters=0), "vf_iters"),
+    (ReinforceConfig, dict(num_iterations=0), "num_iterations"),
     (ReinforceConfig, dict(baseline="critic"), "baseline"),
 ]
 
@@ -158,8 +159,8 @@ def test_types_are_normalised():
     assert type(ppo.target_return) is float and type(ppo.gamma) is float and type(ppo.num_envs) is int
     json.dumps(dataclasses.asdict(ppo))  # numpy scalars would not serialise: the trainers log asdict(cfg)
     assert SFTConfig(steps=np.int64(5)).steps == 5
-    reinforce = ReinforceConfig(hidden_sizes=(np.int64(8),), normalize_advantages=np.bool_(False))
-    assert reinforce.normalize_advantages is False and type(reinforce.hidden_sizes[0]) is int
+    reinforce = ReinforceConfig(hidden_sizes=(np.int64(8),), norm_adv=np.bool_(False))
+    assert reinforce.norm_adv is False and type(reinforce.hidden_sizes[0]) is int
 
 
 def test_edge_values_the_lessons_and_tests_use_are_accepted():
@@ -170,7 +171,7 @@ def test_edge_values_the_lessons_and_tests_use_are_accepted():
         A2CConfig(gae_lambda=lam)
     PPOConfig(ent_coef=0.0, target_return=None)
     OnPolicyConfig(hidden_sizes=())  # a linear policy
-    ReinforceConfig(gamma=1.0, target_return=None, eval_every=0)
+    ReinforceConfig(gamma=1.0, target_return=None, eval_every_steps=0)
     DiffusionGRPOConfig(beta=0.0, min_step_std=0.0, sampler="ddpm", eta=0.0)  # DDPM ignores η
     DiffusionGRPOConfig(**DIGITS_RECIPE)
     for preset in PRESETS.values():

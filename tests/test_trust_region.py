@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from minigrpo.control import CategoricalMLPPolicy
+from minigrpo.control import MLPPolicy
 from minigrpo.trust_region import (
     backtracking_line_search,
     conjugate_gradient,
@@ -70,16 +70,17 @@ def test_a_tiny_policy_gradient_gets_the_same_natural_gradient_direction():
     """float32, as in the trainer: the Fisher system of a small policy with g scaled by 1e-8 (‖g‖ ~ 1e-9)
     gives the direction of the unscaled g; the solution scales by 1e-8 (to float32 rounding)."""
     torch.manual_seed(0)
-    policy = CategoricalMLPPolicy(4, 2, (16,))
+    policy = MLPPolicy(4, 2, (16,))
     params = list(policy.parameters())
     obs = torch.randn(64, 4)
     actions = torch.randint(0, 2, (64,))
     adv = torch.randn(64)
     with torch.no_grad():
-        old_logits = policy.logits_net(obs)
+        old_logits = policy(obs)
 
     def mean_kl():
-        return torch.distributions.kl_divergence(torch.distributions.Categorical(logits=old_logits), policy(obs)).mean()
+        old = torch.distributions.Categorical(logits=old_logits)
+        return torch.distributions.kl_divergence(old, policy.dist(obs)).mean()
 
     g = flat_grad((policy.log_prob(obs, actions) * adv).mean(), params)
     fvp = fisher_vector_product(mean_kl, params, damping=0.1)
@@ -102,15 +103,15 @@ def test_conjugate_gradient_refuses_a_negative_tolerance_and_a_non_finite_b():
 def test_fisher_vector_product_matches_an_explicit_fisher_matrix():
     """F = E_s Σ_a π(a|s) ∇log π(a|s) ∇log π(a|s)ᵀ, built explicitly for a tiny policy."""
     torch.manual_seed(0)
-    policy = CategoricalMLPPolicy(3, 3, (4,)).double()
+    policy = MLPPolicy(3, 3, (4,)).double()
     params = list(policy.parameters())
     obs = torch.randn(5, 3, dtype=torch.float64)
     with torch.no_grad():
-        old_logits = policy.logits_net(obs)
+        old_logits = policy(obs)
 
     def mean_kl():
         old = torch.distributions.Categorical(logits=old_logits)
-        return torch.distributions.kl_divergence(old, policy(obs)).mean()
+        return torch.distributions.kl_divergence(old, policy.dist(obs)).mean()
 
     n = sum(p.numel() for p in params)
     F = torch.zeros(n, n, dtype=torch.float64)
@@ -127,7 +128,7 @@ def test_fisher_vector_product_matches_an_explicit_fisher_matrix():
 
 
 def test_flat_params_roundtrip():
-    policy = CategoricalMLPPolicy(2, 2, (3,))
+    policy = MLPPolicy(2, 2, (3,))
     params = list(policy.parameters())
     flat = flat_params(params)
     set_flat_params(params, flat * 2)

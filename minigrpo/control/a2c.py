@@ -14,17 +14,16 @@ import torch
 
 from minigrpo._checks import non_negative, positive
 from minigrpo.control.agents import ActorCritic
-from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
+from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, normalize, run_on_policy
 from minigrpo.losses import reinforce_loss, value_loss
 
 
 @dataclass
 class A2CConfig(OnPolicyConfig):
-    """A2C's knobs (on top of OnPolicyConfig)."""
+    """A2C's knobs (on top of OnPolicyConfig; ``norm_adv`` standardises the advantages over the batch)."""
 
     num_steps: int = 16  #: short rollouts: one gradient step per rollout
     learning_rate: float = 1e-3  #: Adam step size
-    norm_adv: bool = True  #: standardise advantages over the batch
     ent_coef: float = 0.01  #: weight of the entropy bonus
     vf_coef: float = 0.5  #: weight of the value loss
     max_grad_norm: float = 0.5  #: global gradient-norm clip
@@ -44,8 +43,8 @@ def make_a2c_update(cfg: A2CConfig):
             obs = ro.obs.reshape(-1, ro.obs.shape[-1])
             actions = ro.actions.reshape(-1, *ro.actions.shape[2:])
             a = adv.reshape(-1)
-            if cfg.norm_adv and a.numel() > 1:
-                a = (a - a.mean()) / (a.std() + 1e-8)
+            if cfg.norm_adv:
+                a = normalize(a)
             dist = agent.dist(obs)
             pg_loss = reinforce_loss(dist.log_prob(actions), a)
             v_loss = value_loss(agent.value(obs), returns.reshape(-1))

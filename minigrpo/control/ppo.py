@@ -30,20 +30,20 @@ import torch
 
 from minigrpo._checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
-from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
+from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, normalize, run_on_policy
 from minigrpo.losses import clipped_surrogate_loss, value_loss
 
 
 @dataclass
 class PPOConfig(OnPolicyConfig):
-    """PPO's knobs (on top of OnPolicyConfig). Defaults: CleanRL's ppo.py for CartPole."""
+    """PPO's knobs (on top of OnPolicyConfig). Defaults: CleanRL's ppo.py for CartPole. ``norm_adv``
+    standardises the advantages within each minibatch, as CleanRL does."""
 
     learning_rate: float = 2.5e-4  #: Adam step size (annealed linearly to 0 if anneal_lr)
     anneal_lr: bool = True  #: decay the learning rate linearly over training
     anneal_clip: bool = False  #: decay clip_coef linearly too (as rl-zoo's tuned CartPole does)
     update_epochs: int = 4  #: passes over each rollout
     num_minibatches: int = 4  #: minibatches per pass (minibatch size = batch_size / num_minibatches)
-    norm_adv: bool = True  #: standardise advantages within each minibatch
     clip_coef: float = 0.2  #: ε of the clipped surrogate
     clip_vloss: bool = True  #: clip the value update around the old values as well
     ent_coef: float = 0.01  #: weight of the entropy bonus
@@ -73,55 +73,73 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, *x.shape[2:])
 
 
+def _schedule(cfg: PPOConfig, it: int) -> tuple[float, float]:
+    """The learning rate and clip ε of iteration ``it``, annealed linearly to 0 when asked."""
+    frac = 1.0 - (it - 1) / cfg.num_iterations
+    lr = cfg.learning_rate * frac if cfg.anneal_lr else cfg.learning_rate
+    return lr, cfg.clip_coef * frac if cfg.anneal_clip else cfg.clip_coef
+
+
+def ppo_loss(cfg: PPOConfig, agent: ActorCritic, mb: list[torch.Tensor], clip: float) -> tuple[torch.Tensor, dict]:
+    """The loss of one minibatch ``(obs, actions, old_logp, advantages, returns, old_values)``:
+    ``clipped_surrogate_loss + vf_coef · value_loss − ent_coef · entropy``; and its parts (tensors) and
+    statistics."""
+    obs, actions, old_logp, adv, ret, old_values = mb
+    dist = agent.dist(obs)
+    logp = dist.log_prob(actions)
+    if cfg.norm_adv:
+        adv = normalize(adv)
+    pg_loss, stats = clipped_surrogate_loss(logp, old_logp, adv, clip)
+    v_loss = value_loss(agent.value(obs), ret, old_values, clip if cfg.clip_vloss else None)
+    loss = pg_loss + cfg.vf_coef * v_loss
+    if cfg.ent_coef:
+        entropy = dist.entropy().mean()
+        loss = loss - cfg.ent_coef * entropy
+    else:  # keep it out of the graph: it is only logged
+        with torch.no_grad():
+            entropy = dist.entropy().mean()
+    return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **stats}
+
+
+def ppo_epochs(cfg: PPOConfig, agent: ActorCritic, opt: torch.optim.Optimizer, batch: list[torch.Tensor],
+               clip: float) -> dict[str, float]:
+    """Up to ``update_epochs`` passes over the flat ``batch`` in shuffled minibatches, one optimizer step each;
+    stops after an epoch whose last minibatch's approx_kl exceeds ``target_kl``."""
+    n = batch[0].shape[0]
+    mb_size = n // cfg.num_minibatches
+    clip_fracs, stopped_early = [], False
+    for epoch in range(1, cfg.update_epochs + 1):
+        perm = torch.randperm(n)
+        for start in range(0, n, mb_size):
+            idx = perm[start: start + mb_size]
+            loss, m = ppo_loss(cfg, agent, [x[idx] for x in batch], clip)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
+            opt.step()
+            clip_fracs.append(m["clip_frac"])
+        if cfg.target_kl is not None and m["approx_kl"] > cfg.target_kl:
+            stopped_early = True
+            break
+    return {"policy_loss": m["policy_loss"].item(), "value_loss": m["value_loss"].item(),
+            "entropy": m["entropy"].item(), "approx_kl": m["approx_kl"], "clip_frac": float(np.mean(clip_fracs)),
+            "ratio_max": m["ratio_max"], "ratio_min": m["ratio_min"], "epochs_run": epoch,
+            "stopped_early": float(stopped_early)}
+
+
 def make_ppo_update(cfg: PPOConfig):
+    """``factory(agent) -> update``, the PPO update that :func:`run_on_policy` calls once per rollout."""
     def factory(agent: ActorCritic):
         opt = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5, foreach=True)
 
         def update(agent: ActorCritic, ro: Rollout, adv: torch.Tensor, returns: torch.Tensor, it: int) -> dict:
-            frac = 1.0 - (it - 1) / cfg.num_iterations
-            lr = cfg.learning_rate * frac if cfg.anneal_lr else cfg.learning_rate
-            clip = cfg.clip_coef * frac if cfg.anneal_clip else cfg.clip_coef
+            lr, clip = _schedule(cfg, it)
             for group in opt.param_groups:
                 group["lr"] = lr
-            obs, actions, old_logp = _flat(ro.obs), _flat(ro.actions), _flat(ro.logp)
-            b_adv, b_ret, b_val = _flat(adv), _flat(returns), _flat(ro.values)
-            n = obs.shape[0]
-            mb_size = n // cfg.num_minibatches
-            clip_fracs, stopped_early = [], False
-            for _epoch in range(cfg.update_epochs):
-                perm = torch.randperm(n)
-                for start in range(0, n, mb_size):
-                    idx = perm[start: start + mb_size]
-                    dist = agent.dist(obs[idx])
-                    logp = dist.log_prob(actions[idx])
-                    mb_adv = b_adv[idx]
-                    if cfg.norm_adv and mb_adv.numel() > 1:
-                        mb_adv = (mb_adv - mb_adv.mean()) / (mb_adv.std() + 1e-8)
-                    pg_loss, stats = clipped_surrogate_loss(logp, old_logp[idx], mb_adv, clip)
-                    v_loss = value_loss(agent.value(obs[idx]), b_ret[idx], b_val[idx],
-                                        clip if cfg.clip_vloss else None)
-                    loss = pg_loss + cfg.vf_coef * v_loss
-                    if cfg.ent_coef:
-                        entropy = dist.entropy().mean()
-                        loss = loss - cfg.ent_coef * entropy
-                    else:  # keep it out of the graph: it is only logged
-                        with torch.no_grad():
-                            entropy = dist.entropy().mean()
-                    opt.zero_grad()
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
-                    opt.step()
-                    clip_fracs.append(stats["clip_frac"])
-                if cfg.target_kl is not None and stats["approx_kl"] > cfg.target_kl:
-                    stopped_early = True
-                    break
-            return {
-                "policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": entropy.item(),
-                "approx_kl": stats["approx_kl"], "clip_frac": float(np.mean(clip_fracs)),
-                "ratio_max": stats["ratio_max"], "ratio_min": stats["ratio_min"],
-                "learning_rate": lr, "clip_coef": clip, "epochs_run": _epoch + 1,
-                "stopped_early": float(stopped_early),
-            }
+            batch = [_flat(x) for x in (ro.obs, ro.actions, ro.logp, adv, returns, ro.values)]
+            metrics = ppo_epochs(cfg, agent, opt, batch, clip)
+            tail = {k: metrics.pop(k) for k in ("epochs_run", "stopped_early")}
+            return {**metrics, "learning_rate": lr, "clip_coef": clip, **tail}
 
         update.state_dict, update.load_state_dict = opt.state_dict, opt.load_state_dict  # for checkpoints
         return update

@@ -21,22 +21,20 @@ from torch.distributions import kl_divergence
 
 from minigrpo._checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
-from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, run_on_policy
-from minigrpo.losses import value_loss
+from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, fit_value, normalize, run_on_policy
 from minigrpo.trust_region import (backtracking_line_search, conjugate_gradient, fisher_vector_product, flat_grad,
                                    trust_region_step)
 
 
 @dataclass
 class TRPOConfig(OnPolicyConfig):
-    """TRPO's knobs (on top of OnPolicyConfig)."""
+    """TRPO's knobs (on top of OnPolicyConfig; ``norm_adv`` standardises the advantages over the batch)."""
 
     num_steps: int = 256  #: steps per env per rollout (TRPO likes larger batches than PPO)
     max_kl: float = 0.01  #: δ, the trust-region radius in mean KL
     cg_iters: int = 10  #: conjugate-gradient iterations
     damping: float = 0.1  #: added to the Fisher matrix for a well-conditioned solve
     backtrack_iters: int = 10  #: line-search halvings before giving up
-    norm_adv: bool = True  #: standardise advantages over the batch
     vf_lr: float = 1e-3  #: Adam step size of the value function
     vf_iters: int = 5  #: epochs of value regression per iteration
     vf_minibatches: int = 4  #: minibatches per value epoch
@@ -48,54 +46,47 @@ class TRPOConfig(OnPolicyConfig):
         non_negative(self, "damping")
 
 
+def trpo_policy_step(cfg: TRPOConfig, agent: ActorCritic, obs: torch.Tensor, actions: torch.Tensor,
+                     old_logp: torch.Tensor, adv: torch.Tensor) -> dict[str, float]:
+    """Steps 1–4 of the module docstring on a flat batch; changes the actor in place and returns its metrics."""
+    params = list(agent.actor_parameters())
+    with torch.no_grad():
+        old_dist = agent.dist(obs)
+
+    def surrogate() -> torch.Tensor:
+        return (torch.exp(agent.dist(obs).log_prob(actions) - old_logp) * adv).mean()
+
+    def mean_kl() -> torch.Tensor:
+        return kl_divergence(old_dist, agent.dist(obs)).mean()
+
+    g = flat_grad(surrogate(), params)
+    fvp = fisher_vector_product(mean_kl, params, cfg.damping)
+    x = conjugate_gradient(fvp, g, cfg.cg_iters)  # the exercise swaps in the learner's CG here
+    full_step = trust_region_step(fvp, x, cfg.max_kl)
+    with torch.no_grad():
+        before = surrogate().item()
+        accepted, fraction = backtracking_line_search(
+            lambda: surrogate().item(), lambda: mean_kl().item(), params, full_step,
+            expected_improvement=(g @ full_step).item(), max_kl=cfg.max_kl, max_backtracks=cfg.backtrack_iters)
+        kl, after = mean_kl().item(), surrogate().item()
+        entropy = agent.dist(obs).entropy().mean().item()
+    return {"kl": kl, "step_fraction": fraction, "accepted": float(accepted), "improvement": after - before,
+            "entropy": entropy, "grad_norm": g.norm().item()}
+
+
 def make_trpo_update(cfg: TRPOConfig):
+    """``factory(agent) -> update``, the TRPO update that :func:`run_on_policy` calls once per rollout."""
     def factory(agent: ActorCritic):
         vopt = torch.optim.Adam(agent.critic.parameters(), lr=cfg.vf_lr)
-        params = list(agent.actor_parameters())
 
         def update(agent: ActorCritic, ro: Rollout, adv: torch.Tensor, returns: torch.Tensor, it: int) -> dict:
             obs = ro.obs.reshape(-1, ro.obs.shape[-1])
-            actions = ro.actions.reshape(-1, *ro.actions.shape[2:])
-            old_logp = ro.logp.reshape(-1)
-            a = adv.reshape(-1)
-            if cfg.norm_adv:
-                a = (a - a.mean()) / (a.std() + 1e-8)
-            with torch.no_grad():
-                old_dist = agent.dist(obs)
-
-            def surrogate() -> torch.Tensor:
-                return (torch.exp(agent.dist(obs).log_prob(actions) - old_logp) * a).mean()
-
-            def mean_kl() -> torch.Tensor:
-                return kl_divergence(old_dist, agent.dist(obs)).mean()
-
-            g = flat_grad(surrogate(), params)
-            fvp = fisher_vector_product(mean_kl, params, cfg.damping)
-            x = conjugate_gradient(fvp, g, cfg.cg_iters)  # the exercise swaps in the learner's CG here
-            full_step = trust_region_step(fvp, x, cfg.max_kl)
-            with torch.no_grad():
-                before = surrogate().item()
-                accepted, fraction = backtracking_line_search(
-                    lambda: surrogate().item(), lambda: mean_kl().item(), params, full_step,
-                    expected_improvement=(g @ full_step).item(), max_kl=cfg.max_kl,
-                    max_backtracks=cfg.backtrack_iters)
-                kl, after = mean_kl().item(), surrogate().item()
-                entropy = agent.dist(obs).entropy().mean().item()
-
-            b_ret = returns.reshape(-1)
-            n = obs.shape[0]
-            mb = max(1, n // cfg.vf_minibatches)
-            for _ in range(cfg.vf_iters):
-                perm = torch.randperm(n)
-                for start in range(0, n, mb):
-                    idx = perm[start: start + mb]
-                    v_loss = value_loss(agent.value(obs[idx]), b_ret[idx])
-                    vopt.zero_grad()
-                    v_loss.backward()
-                    vopt.step()
-            return {"kl": kl, "step_fraction": fraction, "accepted": float(accepted),
-                    "improvement": after - before, "entropy": entropy, "value_loss": v_loss.item(),
-                    "grad_norm": g.norm().item()}
+            a = normalize(adv.reshape(-1)) if cfg.norm_adv else adv.reshape(-1)
+            metrics = trpo_policy_step(cfg, agent, obs, ro.actions.reshape(-1, *ro.actions.shape[2:]),
+                                       ro.logp.reshape(-1), a)
+            v_loss = fit_value(agent.critic, vopt, obs, returns.reshape(-1), cfg.vf_iters, cfg.vf_minibatches)
+            grad_norm = metrics.pop("grad_norm")
+            return {**metrics, "value_loss": v_loss, "grad_norm": grad_norm}
 
         return update
 
