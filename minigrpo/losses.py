@@ -8,7 +8,8 @@
 - ``value_loss``: squared error of V, optionally clipped around the old values.
 - ``kl_estimate``: per-sample estimators k1, k2, k3 of KL(π ‖ π_ref) from samples of π.
 - ``aggregate``: the masked reductions, the one place that knows them (``loss_weights`` for TRL's).
-- ``token_logprobs``: log-probabilities of the next tokens of a sequence under a language model.
+- ``token_logprobs``: log-probabilities of the next tokens of a sequence under a language model;
+  ``selective_log_softmax``: the same per chunk of positions, with entropy, in bounded memory.
 """
 
 from __future__ import annotations
@@ -356,8 +357,8 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
     the first token has no log-prob: the result is ``[B, T − 1]``. ``temperature`` must be the one
     used for sampling, or the "same" policy scores its own samples differently (lesson 07).
 
-    Computed as ``gathered logit − logsumexp`` to avoid materialising a full ``[B, T, V]``
-    log-softmax next to the logits.
+    Computed as ``gathered logit − logsumexp``, chunk by chunk (:func:`selective_log_softmax`), so no full
+    ``[B, T, V]`` log-softmax (or float32 copy of bf16 logits) is made next to the logits.
     """
     if logits.ndim != 3 or input_ids.ndim != 2 or logits.shape[:2] != input_ids.shape:
         raise ValueError(f"token_logprobs expects logits [B, T, V] and input_ids [B, T]; got "
@@ -368,14 +369,91 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, temperature: f
 
 
 def aligned_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """``out[:, t] = log softmax(logits[:, t] / T)[targets[:, t]]``: logits already aligned with their targets."""
+    """``out[:, t] = log softmax(logits[:, t] / T)[targets[:, t]]``: logits already aligned with their targets.
+
+    Computed by :func:`selective_log_softmax`, chunk by chunk: no ``[B, T, V]`` float32 tensor is made."""
     if logits.ndim != 3 or targets.ndim != 2 or logits.shape[:2] != targets.shape:
         raise ValueError(f"aligned_logprobs expects logits [B, T, V] and targets [B, T]; got "
                          f"{tuple(logits.shape)} and {tuple(targets.shape)}")
-    if temperature <= 0:
+    return selective_log_softmax(logits, targets, temperature)
+
+
+#: Elements of the float32 working copy that :func:`selective_log_softmax` makes per chunk (2^24: 64 MiB):
+#: ~110 positions of a 152k vocabulary (Qwen2.5), the whole batch of a 55-token one.
+LOGPROB_CHUNK_ELEMENTS = 2**24
+
+
+def selective_log_softmax(logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                          with_entropy: bool = False, chunk_elements: int = LOGPROB_CHUNK_ELEMENTS):
+    """``log softmax(logits / T)[targets]`` per position, in bounded memory; optionally the entropy too.
+
+    ``logits`` is ``[..., V]`` in any float dtype (bf16 from a bf16 model), ``targets`` ``[...]``. The positions
+    are processed in chunks of ``chunk_elements // V``: each chunk is upcast to float32 (float64 stays float64)
+    and its log-prob taken as *gathered logit − logsumexp*, so the only full-size tensor is the logits themselves
+    (no ``[B, C, V]`` float32 log-softmax, the tens of GB of a 512-token, 150k-vocabulary batch).
+
+    The gradient is written by hand (:class:`_SelectiveLogSoftmax`), chunk by chunk as well:
+    ``∂ logp / ∂ logits = (onehot(target) − softmax(logits / T)) / T``; it saves only the logits and one
+    logsumexp per position (autograd would keep every chunk's float32 copy alive until backward).
+
+    Returns ``logp`` (``[...]``, float32 or float64), or ``(logp, entropy)`` with ``with_entropy``: the entropy
+    of the temperature-scaled distribution per position, without gradient (a metric).
+    """
+    if logits.ndim < 1 or logits.shape[:-1] != targets.shape:
+        raise ValueError(f"selective_log_softmax expects logits [..., V] and targets [...]; got "
+                         f"{tuple(logits.shape)} and {tuple(targets.shape)}")
+    if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    scaled = logits
-    if scaled.dtype in (torch.float16, torch.bfloat16):
-        scaled = scaled.float()  # log-softmax in at least float32; float64 stays float64
-    scaled = scaled / temperature
-    return scaled.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(scaled, dim=-1)
+    rows = max(1, int(chunk_elements) // max(logits.shape[-1], 1))
+    logp, entropy = _SelectiveLogSoftmax.apply(logits, targets, float(temperature), rows, with_entropy)
+    return (logp, entropy) if with_entropy else logp
+
+
+def _blocks(B: int, T: int, rows: int):
+    """``(batch slice, position slice)`` blocks of a ``[B, T]`` grid, about ``rows`` positions each (whole rows of
+    the batch when they fit), so a non-contiguous ``[B, T, V]`` view (``logits[:, :-1]``) is never copied whole."""
+    if rows >= T:
+        step = rows // max(T, 1)
+        for b in range(0, B, step):
+            yield slice(b, b + step), slice(None)
+    else:
+        for b in range(B):
+            for t in range(0, T, rows):
+                yield slice(b, b + 1), slice(t, t + rows)
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """Forward and backward of :func:`selective_log_softmax` over about ``rows`` positions at a time."""
+
+    @staticmethod
+    def forward(ctx, logits, targets, temperature, rows, with_entropy):
+        shape, V = targets.shape, logits.shape[-1]
+        x3 = logits.reshape(-1, *logits.shape[-2:]) if logits.ndim >= 2 else logits.view(1, 1, V)  # [B, T, V]
+        t3 = targets.reshape(x3.shape[:2]).unsqueeze(-1)  # [B, T, 1]
+        work = torch.promote_types(logits.dtype, torch.float32)
+        lse = torch.empty(x3.shape[:2], dtype=work, device=logits.device)
+        logp, entropy = torch.empty_like(lse), (torch.empty_like(lse) if with_entropy else lse.new_empty(0))
+        for b, t in _blocks(*x3.shape[:2], rows):
+            x = x3[b, t].to(work) / temperature  # the block's float32 copy
+            lse[b, t] = torch.logsumexp(x, -1)
+            logp[b, t] = x.gather(-1, t3[b, t]).squeeze(-1) - lse[b, t]
+            if with_entropy:  # H = logsumexp(x) − Σ softmax(x)·x
+                entropy[b, t] = lse[b, t] - (torch.softmax(x, -1) * x).sum(-1)
+        ctx.save_for_backward(logits, targets, lse)
+        ctx.temperature, ctx.rows = temperature, rows
+        logp, entropy = logp.view(shape), (entropy.view(shape) if with_entropy else entropy)
+        ctx.mark_non_differentiable(entropy)
+        return logp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logp, _grad_entropy):
+        logits, targets, lse = ctx.saved_tensors
+        T = ctx.temperature
+        x3 = logits.reshape(-1, *logits.shape[-2:]) if logits.ndim >= 2 else logits.view(1, 1, -1)
+        t3, g3 = targets.reshape(lse.shape).unsqueeze(-1), grad_logp.reshape(lse.shape).unsqueeze(-1).to(lse.dtype)
+        grad = torch.empty(x3.shape, dtype=logits.dtype, device=logits.device)
+        for b, t in _blocks(*lse.shape, ctx.rows):
+            p = torch.exp(x3[b, t].to(lse.dtype) / T - lse[b, t].unsqueeze(-1))  # softmax(x / T)
+            d = (-p * g3[b, t]).scatter_add_(-1, t3[b, t], g3[b, t])  # g · (onehot(target) − p)
+            grad[b, t] = (d / T).to(grad.dtype)
+        return grad.view(logits.shape), None, None, None, None

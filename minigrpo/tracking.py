@@ -243,8 +243,15 @@ def save_weights(model: torch.nn.Module, folder: str | Path) -> None:
 
 
 def load_weights(model: torch.nn.Module, folder: str | Path) -> None:
-    """Load what :func:`save_weights` wrote into ``model``, in place (its device and dtype are kept)."""
+    """Load what :func:`save_weights` wrote into ``model``, in place (its device and dtype are kept); for a peft
+    model, the adapters (``save_pretrained`` wrote only those)."""
     folder = Path(folder)
+    if (folder / "adapter_config.json").is_file() and hasattr(model, "disable_adapter"):  # a peft model's adapters
+        from peft import set_peft_model_state_dict
+        from peft.utils import load_peft_weights
+
+        set_peft_model_state_dict(model, load_peft_weights(str(folder), device=str(next(model.parameters()).device)))
+        return
     if (folder / "model.pt").is_file():
         state = torch.load(folder / "model.pt", map_location="cpu", weights_only=True)
     else:

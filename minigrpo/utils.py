@@ -13,7 +13,8 @@ import torch
 
 from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke, smoke_or_full
 
-__all__ = ["SMOKE_ENV_VAR", "get_device", "is_smoke", "seed_everything", "smoke_or_full", "torch_threads"]
+__all__ = ["SMOKE_ENV_VAR", "autocast_bf16", "get_device", "is_smoke", "model_device", "seed_everything",
+           "smoke_or_full", "torch_threads"]
 
 
 def get_device(prefer: str | None = None) -> torch.device:
@@ -31,6 +32,22 @@ def get_device(prefer: str | None = None) -> torch.device:
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    """The device of a model's parameters (where its inputs, masks, rewards and advantages must live)."""
+    try:
+        return next(model.parameters()).device
+    except StopIteration:
+        return torch.device("cpu")
+
+
+def autocast_bf16(device: torch.device | str, enabled: bool = True):
+    """``torch.autocast`` to bfloat16 on ``device``'s type (a no-op context when ``enabled`` is False).
+
+    The trainers' ``bf16`` option: matrix products run in bf16 while float32 weights stay the master copy
+    (mixed precision, what TRL's ``bf16=True`` does through the HF Trainer)."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)
 
 
 def seed_everything(seed: int, env: Any = None) -> int:

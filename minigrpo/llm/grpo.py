@@ -35,13 +35,26 @@ counted over the whole batch before any micro-batch is processed.
 Metrics (one value per step) carry TRL's names where TRL logs the quantity: ``reward``,
 ``reward_std``, ``frac_reward_zero_std``, ``completions/mean_length``, ``kl``, ``entropy``,
 ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``, ``grad_norm``,
-``sampling/sampling_logp_difference/max`` (and ``/mean``) and ``sampling/importance_sampling_ratio/mean``
-(``/min``, ``/max``); ours for the rest: ``correct``, ``format`` (the reward's parts), ``ratio_min``,
+``sampling/sampling_logp_difference/max`` and ``/mean`` (the sampler–trainer gap, see below) and
+``sampling/importance_sampling_ratio/mean`` (``/min``, ``/max``); ours for the rest: ``correct``, ``format`` (the reward's parts), ``ratio_min``,
 ``ratio_mean``, ``ratio_max``, ``skipped``, ``step_time``.
 
 Config names follow TRL's ``GRPOConfig`` where the concept is the same (num_generations, beta,
 epsilon, epsilon_high, loss_type, scale_rewards, num_iterations, temperature,
-max_completion_length, learning_rate, max_grad_norm, gradient_accumulation_steps, max_steps).
+max_completion_length, learning_rate, max_grad_norm, gradient_accumulation_steps, max_steps,
+mask_truncated_completions, bf16, gradient_checkpointing).
+
+On a pretrained model (Qwen, Llama) on a GPU, the same code path: everything runs on the model's device
+(sampling with a generator there, rewards and advantages moved there); prompts may be conversations and
+``use_chat_template`` / ``system_prompt`` format them (``sampling.encode_prompts``); completions end at any
+end-of-turn id of the model's ``generation_config``; log-probs and entropy are taken chunk by chunk
+(``losses.selective_log_softmax``: no ``[B, C, V]`` float32 tensor); ``gradient_checkpointing`` trades
+compute for activation memory; ``bf16`` runs the forward passes under bf16 autocast, float32 master weights
+(frozen weights stored in bf16); ``GRPOTrainer(..., peft_config=LoraConfig(...))`` trains LoRA adapters, the
+reference being the same model with the adapters off. ``sampling/sampling_logp_difference/mean`` is the mean
+|log π_sampler − log π_trainer| over the completion tokens, taken from the loss pass of the first iteration
+(no extra forward): the sampler (KV-cached decoding) and the trainer (one pass) compute the same policy with
+other kernels, which in bf16 differ by far more than float32 rounding.
 """
 
 from __future__ import annotations
@@ -58,13 +71,15 @@ from tqdm.auto import tqdm
 
 from minigrpo._checks import at_least, check_config_types, config_error, non_negative, one_of, positive
 from minigrpo.advantages import SCALES, group_advantages
-from minigrpo.llm.sampling import Generation, completion_logits, generate
+from minigrpo.llm.models import prepare_policy
+from minigrpo.llm.sampling import Generation, check_context_length, generate, score_completions
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
-from minigrpo.grpo_common import frozen_reference, reward_metrics
-from minigrpo.losses import LOSS_TYPES, aligned_logprobs, grpo_loss, truncated_importance_weights
+from minigrpo.grpo_common import frozen_reference, reference_policy, reward_metrics
+from minigrpo.losses import LOSS_TYPES, grpo_loss, truncated_importance_weights
 from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
                                save_state, save_weights, should_log, should_save, trainer_state)
+from minigrpo.utils import autocast_bf16, model_device
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -89,6 +104,13 @@ class GRPOConfig:
     gradient_accumulation_steps: int = 1  #: micro-batches per optimizer step (same result, less memory)
     max_grad_norm: float = 1.0  #: global gradient-norm clip
     filter_zero_std_groups: bool = False  #: drop groups whose rewards are all equal (zero advantage)
+    #: completions that hit max_completion_length without an end-of-turn token get no loss (TRL's option); they
+    #: still count in their group's reward statistics and in the "grpo"/"dr_grpo" normalisers, as in TRL
+    mask_truncated_completions: bool = False
+    use_chat_template: bool = False  #: format plain-text prompts as one user message with the tokenizer's template
+    system_prompt: str | None = None  #: a system message put before each prompt (needs the chat template)
+    bf16: bool = False  #: forward passes under bf16 autocast (float32 master weights; frozen weights stored in bf16)
+    gradient_checkpointing: bool = False  #: recompute activations in backward (HF's, non-reentrant): less memory
     #: truncated importance sampling: weight each token's surrogate by min(π_old(trainer) / π_sampler, C)
     vllm_importance_sampling_correction: bool = False
     vllm_importance_sampling_clip_max: float = 3.0  #: C, the cap on the sampler-to-trainer weight
@@ -144,18 +166,12 @@ def _alias_checkpoint_fields(cfg: GRPOConfig) -> None:
 
 
 def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temperature: float,
-                        with_entropy: bool = False):
+                        with_entropy: bool = False, shared_prefix: bool = True):
     """Log-probs ``[b, C]`` of the completion tokens of ``rows`` under ``model`` (each distinct prompt run once,
-    see ``sampling.completion_logits``), and optionally the per-token entropy of the temperature-scaled policy."""
-    completion = gen.completion_ids[rows]
-    logits = completion_logits(model, gen.prompt_ids[rows], gen.prompt_mask[rows], completion)
-    logp = aligned_logprobs(logits, completion, temperature)
-    if not with_entropy:
-        return logp
-    with torch.no_grad():
-        lp_all = torch.log_softmax(logits.float() / temperature, -1)
-        entropy = -(lp_all.exp() * lp_all).sum(-1)
-    return logp, entropy
+    see ``sampling.score_completions``), and optionally the per-token entropy of the temperature-scaled policy
+    (no gradient). Chunked: no ``[b, C, V]`` float32 tensor is made."""
+    return score_completions(model, gen.prompt_ids[rows], gen.prompt_mask[rows], gen.completion_ids[rows],
+                             temperature, shared_prefix, with_entropy)
 
 
 @dataclass
@@ -164,8 +180,8 @@ class GRPOBatch:
 
     gen: Generation
     advantages: torch.Tensor  #: [B] one per completion (all rows, filtered or not)
-    micro_batches: list[torch.Tensor]  #: the kept rows, split for gradient accumulation
-    num_sequences: int  #: kept completions (the normaliser of "grpo" and "dr_grpo")
+    micro_batches: list[torch.Tensor]  #: the kept rows (that get a loss), split for gradient accumulation
+    num_sequences: int  #: completions of the kept groups (the normaliser of "grpo" and "dr_grpo")
     num_tokens: int  #: their completion tokens (the normaliser of "dapo")
     old_logp: torch.Tensor | None = None  #: [kept, C] π_old, stored only when μ > 1 (rows in micro-batch order)
     ref_logp: torch.Tensor | None = None  #: [kept, C] π_ref, only when β > 0
@@ -197,14 +213,16 @@ class GRPOTrainer:
     def compute_loss(self, batch: GRPOBatch, rows: torch.Tensor, sl: slice) -> tuple[torch.Tensor, dict]:
         """The GRPO loss of one micro-batch (its share of the batch's loss) and its statistics."""
         cfg = self.cfg
-        logp, ent = completion_logprobs(self.model, batch.gen, rows, cfg.temperature, with_entropy=True)
+        with self.autocast():
+            logp, ent = completion_logprobs(self.model, batch.gen, rows, cfg.temperature, with_entropy=True,
+                                            shared_prefix=not cfg.gradient_checkpointing)
         m = batch.gen.completion_mask[rows]
         old = logp.detach() if batch.old_logp is None else batch.old_logp[sl]
         ref = None if batch.ref_logp is None else batch.ref_logp[sl]
-        is_w, log_w = None, None
+        is_w = None
         if cfg.vllm_importance_sampling_correction:  # old: the trainer's log-probs at the rollout's weights
-            is_w, log_w = truncated_importance_weights(old, batch.gen.sampler_logprobs[rows],
-                                                       cfg.vllm_importance_sampling_clip_max)
+            is_w, _ = truncated_importance_weights(old, batch.gen.sampler_logprobs[rows],
+                                                   cfg.vllm_importance_sampling_clip_max)
         loss, stats = grpo_loss(logp, old, batch.advantages[rows], m, cfg.loss_type, cfg.epsilon, cfg.epsilon_high,
                                 ref_logp=ref, beta=cfg.beta, kl_estimator=cfg.kl_estimator, importance_weights=is_w,
                                 num_sequences=batch.num_sequences, num_tokens=batch.num_tokens,
@@ -213,23 +231,35 @@ class GRPOTrainer:
         with torch.no_grad():
             stats["entropy"] = ((ent * m).sum() / m.sum().clamp(min=1)).item()
             # the sampler-vs-trainer gap: same weights, two code paths (meaningful before the first update)
-            stats["sampling/sampling_logp_difference/max"] = (
-                ((logp.detach() - batch.gen.sampler_logprobs[rows]).abs() * m).max().item())
-            if is_w is not None:  # tensors, concatenated over micro-batches by step()
-                stats["is_weights"], stats["is_log_ratio_abs"] = is_w[m.bool()], log_w[m.bool()].abs()
+            gap = (logp.detach() - batch.gen.sampler_logprobs[rows]).abs() * m
+            stats["sampling/sampling_logp_difference/max"] = gap.max().item()
+            stats["gap_sum"], stats["gap_count"] = gap.sum().item(), m.sum().item()
+            if is_w is not None:  # a tensor, concatenated over micro-batches by step_metrics()
+                stats["is_weights"] = is_w[m.bool()]
         return loss, stats
 
-    def __init__(self, model, tokenizer, task: Task, config: GRPOConfig | None = None, ref_model=None):
+    def __init__(self, model, tokenizer, task: Task, config: GRPOConfig | None = None, ref_model=None,
+                 peft_config=None):
+        """``peft_config`` (e.g. ``peft.LoraConfig``): train LoRA adapters; the reference is then the model with
+        its adapters off (TRL's way). The model stays on its device; everything follows it there."""
         self.cfg = cfg = config or GRPOConfig()
-        self.model, self.tokenizer, self.task = model, tokenizer, task
+        self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
+        self.tokenizer, self.task = tokenizer, task
         self.max_len = cfg.max_completion_length or task.max_completion_length
-        self.ref = frozen_reference(model, cfg.beta, ref_model)
-        self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.0, foreach=True)
+        check_context_length(self.model, 1, self.max_len)  # a one-token prompt must fit; generate checks the rest
+        self.ref = frozen_reference(self.model, cfg.beta, ref_model, torch.bfloat16 if cfg.bf16 else None)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0, foreach=True)
+        self.device = model_device(self.model)
         self.rng = random.Random(cfg.seed)
-        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)  # samples on the model's device
         self.step_count = 0
         self.history: dict[str, list] = {}  #: one entry per step, kept by train() (and saved in checkpoints)
         self.evals: list[dict] = []  #: held-out metrics with the step they were taken at
+
+    def autocast(self):
+        """The forward passes' context: bf16 autocast on the model's device when ``bf16``, else a no-op."""
+        return autocast_bf16(self.device, self.cfg.bf16)
 
     # ------------------------------------------------------------------ one step
     def rollout(self) -> tuple[list[Problem], Generation, torch.Tensor, dict]:
@@ -237,14 +267,28 @@ class GRPOTrainer:
         cfg, G = self.cfg, self.cfg.num_generations
         problems = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.model.eval()  # no dropout while sampling (and scoring): one policy, one distribution
-        gen = generate(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len, cfg.temperature,
-                       generator=self.gen)
+        with self.autocast():
+            gen = generate(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len, cfg.temperature,
+                           generator=self.gen, use_chat_template=cfg.use_chat_template, system_prompt=cfg.system_prompt)
         per_row = [p for p in problems for _ in range(G)]
         rewards, info = self.task.score(per_row, gen.texts(self.tokenizer), gen.finished.tolist())
-        rewards = torch.tensor(rewards, dtype=torch.float32)
+        rewards = torch.tensor(rewards, dtype=torch.float32, device=gen.completion_ids.device)
         if not torch.isfinite(rewards).all():
             raise ValueError("a reward function returned NaN or inf")
         return problems, gen, rewards, info
+
+    def kept_rows(self, gen: Generation, group_std: torch.Tensor) -> tuple[torch.Tensor, int]:
+        """``(rows that get a loss, num_sequences)``: every row, or with ``filter_zero_std_groups`` the rows of
+        groups with a spread; ``mask_truncated_completions`` then drops the unfinished rows from the loss while
+        ``num_sequences`` still counts them (TRL zeroes their mask: same loss, less work)."""
+        cfg, G = self.cfg, self.cfg.num_generations
+        keep = torch.ones(gen.finished.shape[0], dtype=torch.bool, device=gen.finished.device)
+        if cfg.filter_zero_std_groups:
+            keep = (group_std > 0).repeat_interleave(G)
+        num_sequences = int(keep.sum())
+        if cfg.mask_truncated_completions:
+            keep = keep & gen.finished
+        return torch.nonzero(keep).squeeze(-1), num_sequences
 
     @torch.no_grad()
     def prepare(self, problems: list[Problem], gen: Generation, rewards: torch.Tensor, info: dict) -> GRPOBatch:
@@ -252,22 +296,23 @@ class GRPOTrainer:
         cfg, G = self.cfg, self.cfg.num_generations
         adv = group_advantages(rewards, G, cfg.scale_rewards)
         metrics, group_std = reward_metrics(rewards, G)
-        keep = torch.arange(rewards.numel())
-        if cfg.filter_zero_std_groups:
-            keep = torch.nonzero((group_std > 0).repeat_interleave(G)).squeeze(-1)
+        keep, num_sequences = self.kept_rows(gen, group_std)
         metrics.update(info)
         metrics["completions/mean_length"] = gen.completion_mask.sum(1).float().mean().item()
-        mask = gen.completion_mask[keep]
-        batch = GRPOBatch(gen, adv, list(torch.tensor_split(keep, cfg.gradient_accumulation_steps)), keep.numel(),
-                          int(mask.sum()), metrics=metrics)
+        metrics["completions/clipped_ratio"] = 1.0 - gen.finished.float().mean().item()  # TRL's name: truncated share
+        micro = [r for r in torch.tensor_split(keep, cfg.gradient_accumulation_steps) if r.numel()]
+        batch = GRPOBatch(gen, adv, micro, num_sequences, int(gen.completion_mask[keep].sum()), metrics=metrics)
         if keep.numel() == 0:
             return batch
-        if cfg.num_iterations > 1:  # the policy changes between iterations: store π_old now
-            batch.old_logp = torch.cat([completion_logprobs(self.model, gen, r, cfg.temperature)
-                                        for r in batch.micro_batches])
-        if self.ref is not None:
-            batch.ref_logp = torch.cat([completion_logprobs(self.ref, gen, r, cfg.temperature)
-                                        for r in batch.micro_batches])
+        shared = not cfg.gradient_checkpointing
+        with self.autocast():
+            if cfg.num_iterations > 1:  # the policy changes between iterations: store π_old now
+                batch.old_logp = torch.cat([completion_logprobs(self.model, gen, r, cfg.temperature, shared_prefix=shared)
+                                            for r in batch.micro_batches])
+            if cfg.beta > 0:
+                with reference_policy(self.model, self.ref) as ref:  # a frozen copy, or the adapters switched off
+                    batch.ref_logp = torch.cat([completion_logprobs(ref, gen, r, cfg.temperature, shared_prefix=shared)
+                                                for r in batch.micro_batches])
         return batch
 
     def optimizer_step(self) -> float:
@@ -281,7 +326,7 @@ class GRPOTrainer:
         cfg, t0 = self.cfg, time.perf_counter()
         batch = self.prepare(*self.rollout())
         metrics = batch.metrics
-        if batch.num_sequences == 0:  # every group was uninformative: nothing to learn from this batch
+        if not batch.micro_batches:  # every group was uninformative (or truncated): nothing to learn from
             metrics.update(skipped=1.0, step_time=time.perf_counter() - t0)
             self.step_count += 1
             return metrics
@@ -304,11 +349,14 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ the loop
     def evaluate(self) -> dict[str, float]:
-        return evaluate_task(self.model, self.tokenizer, self.task, num_generations=self.cfg.eval_generations,
-                             temperature=self.cfg.temperature, seed=1)
+        cfg = self.cfg
+        return evaluate_task(self.model, self.tokenizer, self.task, num_generations=cfg.eval_generations,
+                             temperature=cfg.temperature, seed=1, use_chat_template=cfg.use_chat_template,
+                             system_prompt=cfg.system_prompt, bf16=cfg.bf16)
 
     def save(self, folder: str | Path) -> None:
-        """The model, tokenizer and config (loadable with ``from_pretrained``); no trainer state."""
+        """The model, tokenizer and config (loadable with ``from_pretrained``); no trainer state. With LoRA the
+        model part is the adapter folder (``PeftModel.from_pretrained(base_model, folder)`` loads it)."""
         folder = Path(folder)
         save_weights(self.model, folder)
         self.tokenizer.save_pretrained(folder)
@@ -377,19 +425,21 @@ def step_metrics(per_iteration: list[list[dict]], with_kl: bool) -> dict[str, fl
     out.update(ratio_min=min(s["ratio_min"] for s in last), ratio_mean=float(np.mean([s["ratio_mean"] for s in last])),
                ratio_max=max(s["ratio_max"] for s in last))
     out["sampling/sampling_logp_difference/max"] = max(s["sampling/sampling_logp_difference/max"] for s in first)
+    out["sampling/sampling_logp_difference/mean"] = sum(s["gap_sum"] for s in first) / max(
+        sum(s["gap_count"] for s in first), 1)
     if "is_weights" in first[0]:
-        w_all, gap_all = torch.cat([s["is_weights"] for s in first]), torch.cat([s["is_log_ratio_abs"] for s in first])
+        w_all = torch.cat([s["is_weights"] for s in first])
         out.update({"sampling/importance_sampling_ratio/mean": w_all.mean().item(),
                     "sampling/importance_sampling_ratio/min": w_all.min().item(),
-                    "sampling/importance_sampling_ratio/max": w_all.max().item(),
-                    "sampling/sampling_logp_difference/mean": gap_all.mean().item()})
+                    "sampling/importance_sampling_ratio/max": w_all.max().item()})
     return out
 
 
 def train_grpo(model, tokenizer, task: Task, config: GRPOConfig | None = None, ref_model=None,
-               progress: bool = True) -> GRPOResult:
-    """Fine-tune ``model`` in place with GRPO on ``task``; returns the dashboard history and evals."""
-    return GRPOTrainer(model, tokenizer, task, config, ref_model).train(progress)
+               progress: bool = True, peft_config=None) -> GRPOResult:
+    """Fine-tune ``model`` in place with GRPO on ``task`` (its LoRA adapters with ``peft_config``: then
+    ``result.model`` is the adapted model); returns the dashboard history and evals."""
+    return GRPOTrainer(model, tokenizer, task, config, ref_model, peft_config).train(progress)
 
 
 __all__ = ["GRPOBatch", "GRPOConfig", "GRPOResult", "GRPOTrainer", "LOSS_TYPES", "completion_logprobs",

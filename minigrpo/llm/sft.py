@@ -1,8 +1,13 @@
 """Supervised fine-tuning: teach the format and some of the skill, making the reference policy.
 
-Teacher forcing on ``<bos> prompt answer <eos>``, the loss counted on the answer and EOS tokens
-only. Stopped early on purpose, the model is decent but clearly imperfect — the starting point
-GRPO improves on (as in DeepSeek-R1's "cold start" SFT before RL).
+Teacher forcing on ``prompt answer <end-of-turn>`` — the prompt encoded as the sampler encodes it (BOS
+only if the tokenizer has one; the chat template when asked or when the prompt is a conversation), the
+end-of-turn token the first of the model's ``generation_config.eos_token_id`` —, the loss counted on the
+answer and end-of-turn tokens only. Stopped early on purpose, the model is decent but clearly imperfect —
+the starting point GRPO improves on (as in DeepSeek-R1's "cold start" SFT before RL).
+
+Runs on the model's device; ``bf16`` runs the forward under bf16 autocast. Only parameters that require
+gradients are trained, so a ``peft`` model (``get_peft_model``) trains its adapters alone.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import torch
 from tqdm.auto import tqdm
 
 from minigrpo._checks import at_least, check_config_types, in_unit_interval, non_negative, positive
-from minigrpo.llm.sampling import generate
+from minigrpo.llm.models import enable_gradient_checkpointing
+from minigrpo.llm.sampling import check_context_length, end_of_turn_ids, generate, prompt_token_ids
 from minigrpo.llm.tasks import Problem, Task
 from minigrpo.losses import token_logprobs
+from minigrpo.utils import autocast_bf16, model_device
 
 
 @dataclass
@@ -28,6 +35,10 @@ class SFTConfig:
     weight_decay: float = 0.0  #: AdamW weight decay
     demo_error_rate: float = 0.0  #: share of demonstrations replaced by a teacher's slip (task.noisy_answer)
     seed: int = 0  #: seeds the problem stream (the model is seeded where it is made)
+    use_chat_template: bool = False  #: format plain-text prompts as one user message with the tokenizer's template
+    system_prompt: str | None = None  #: a system message put before each prompt (needs the chat template)
+    bf16: bool = False  #: forward under bf16 autocast (float32 master weights)
+    gradient_checkpointing: bool = False  #: recompute activations in backward (HF's, non-reentrant): less memory
 
     def __post_init__(self):
         check_config_types(self)
@@ -37,17 +48,22 @@ class SFTConfig:
         in_unit_interval(self, "demo_error_rate")
 
 
-def sft_batch(tokenizer, problems: list[Problem], device="cpu") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``<bos> prompt answer <eos>`` rows, their attention mask, and the loss mask
-    ``[B, T − 1]`` aligned with ``token_logprobs`` (1 where the *predicted* token is answer or EOS)."""
+def sft_batch(tokenizer, problems: list[Problem], device="cpu", use_chat_template: bool = False,
+              system_prompt: str | None = None, end_id: int | None = None
+              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``prompt answer <end>`` rows (the prompt as ``sampling.prompt_token_ids`` encodes it; ``end_id``
+    defaults to the tokenizer's EOS), their attention mask, and the loss mask ``[B, T − 1]`` aligned with
+    ``token_logprobs`` (1 where the *predicted* token is answer or end)."""
+    end_id = tokenizer.eos_token_id if end_id is None else end_id
     rows, starts = [], []
-    for p in problems:
-        prompt = [tokenizer.bos_token_id] + tokenizer.encode(p.prompt, add_special_tokens=False)
-        answer = tokenizer.encode(p.answer, add_special_tokens=False) + [tokenizer.eos_token_id]
+    for i, p in enumerate(problems):
+        prompt = prompt_token_ids(tokenizer, p.prompt, use_chat_template, system_prompt, i)
+        answer = tokenizer.encode(p.answer, add_special_tokens=False) + [end_id]
         rows.append(prompt + answer)
         starts.append(len(prompt))
     width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), tokenizer.pad_token_id, dtype=torch.long)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else end_id
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
     attn = torch.zeros_like(ids)
     loss_mask = torch.zeros((len(rows), width - 1))
     for i, (r, s) in enumerate(zip(rows, starts)):
@@ -58,11 +74,14 @@ def sft_batch(tokenizer, problems: list[Problem], device="cpu") -> tuple[torch.T
 
 
 def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, progress: bool = True) -> dict:
-    """Fine-tune ``model`` in place; returns ``{"step": [...], "loss": [...]}``."""
+    """Fine-tune ``model`` in place (its trainable parameters); returns ``{"step": [...], "loss": [...]}``."""
     cfg = config or SFTConfig()
     rng = random.Random(cfg.seed)
-    device = next(model.parameters()).device
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay, foreach=True)
+    device, end_id = model_device(model), end_of_turn_ids(model, tokenizer)[0]
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / cfg.steps)))
     model.train()
@@ -72,8 +91,12 @@ def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, pro
         if cfg.demo_error_rate:  # an imperfect teacher: some demonstrations are wrong
             problems = [replace(p, answer=task.noisy_answer(p, rng)) if rng.random() < cfg.demo_error_rate else p
                         for p in problems]
-        ids, attn, mask = sft_batch(tokenizer, problems, device)
-        logp = token_logprobs(model(input_ids=ids, attention_mask=attn).logits, ids)
+        ids, attn, mask = sft_batch(tokenizer, problems, device, use_chat_template=cfg.use_chat_template,
+                                    system_prompt=cfg.system_prompt, end_id=end_id)
+        check_context_length(model, ids.shape[1], 0)
+        with autocast_bf16(device, cfg.bf16):
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+        logp = token_logprobs(logits, ids)  # chunked: no [B, T, V] float32 copy of the logits
         loss = -(logp * mask).sum() / mask.sum()
         opt.zero_grad()
         loss.backward()
@@ -87,19 +110,25 @@ def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, pro
 
 @torch.no_grad()
 def evaluate_task(model, tokenizer, task: Task, problems: list[Problem] | None = None, num_generations: int = 8,
-                  temperature: float = 1.0, batch_prompts: int = 50, seed: int = 0) -> dict[str, float]:
+                  temperature: float = 1.0, batch_prompts: int = 50, seed: int = 0, use_chat_template: bool = False,
+                  system_prompt: str | None = None, bf16: bool = False) -> dict[str, float]:
     """Held-out metrics. ``pass@1``: share of sampled completions that are correct (an unbiased
     estimate of single-sample accuracy); ``pass@G``: share of problems with at least one correct
-    completion among G; ``greedy``: accuracy of the most likely answer; ``format``: well-formed share."""
+    completion among G; ``greedy``: accuracy of the most likely answer; ``format``: well-formed share.
+    Samples on the model's device with a generator seeded there (the same ``seed``, the same draws)."""
     problems = problems if problems is not None else task.eval_set
-    gen = torch.Generator().manual_seed(seed)
+    device = model_device(model)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    fmt = dict(use_chat_template=use_chat_template, system_prompt=system_prompt)
     model.eval()
     correct, greedy, formatted, lengths = [], [], [], []
     for i in range(0, len(problems), batch_prompts):
         chunk = problems[i: i + batch_prompts]
         prompts = [p.prompt for p in chunk]
-        out = generate(model, tokenizer, prompts, num_generations, task.max_completion_length, temperature,
-                       generator=gen)
+        with autocast_bf16(device, bf16):
+            out = generate(model, tokenizer, prompts, num_generations, task.max_completion_length, temperature,
+                           generator=gen, **fmt)
+            g = generate(model, tokenizer, prompts, 1, task.max_completion_length, greedy=True, **fmt)
         texts = out.texts(tokenizer)
         fin = out.finished.tolist()
         for j, (text, f) in enumerate(zip(texts, fin)):
@@ -107,7 +136,6 @@ def evaluate_task(model, tokenizer, task: Task, problems: list[Problem] | None =
             correct.append(task.correctness_reward(p, text, f))
             formatted.append(task.format_reward(p, text, f))
         lengths += out.completion_mask.sum(1).tolist()
-        g = generate(model, tokenizer, prompts, 1, task.max_completion_length, greedy=True)
         greedy += [task.correctness_reward(p, t, f) for p, t, f in zip(chunk, g.texts(tokenizer), g.finished.tolist())]
     c = np.array(correct).reshape(len(problems), num_generations)
     return {"pass@1": float(c.mean()), f"pass@{num_generations}": float((c.max(1) > 0).mean()),
