@@ -27,7 +27,7 @@ from minigrpo.course.grading import (
     run_item,
     time_limit,
 )
-from minigrpo.course.grading.core import GradingTimeout, _call
+from minigrpo.course.grading.core import GradingTimeout, outcome
 from minigrpo.course.grading.notebooks import (
     exercise_text,
     find_notebook,
@@ -45,7 +45,7 @@ ALL_ITEMS = [item for _, (_, its) in sorted(EXERCISES.items()) for item in its]
 def test_compare_tensors():
     assert compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0])) is None
     assert "shape" in compare(torch.ones(3, 1), torch.ones(3))
-    assert "max |got − expected| = 0.5 at index (1,)" in compare(torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]))
+    assert "greatest absolute difference: 0.5 at index (1,)" in compare(torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]))
     assert "NaN" in compare(torch.tensor([float("nan")]), torch.tensor([1.0]))
     assert compare([1.0, 2.0], torch.tensor([1.0, 2.0])) is None  # array-likes are accepted
 
@@ -107,7 +107,7 @@ def test_a_mutated_reference_fails_in_the_notebook_check_and_in_the_grader(item)
         result = run_item(item, mutant, quick=quick)
         assert not result.passed, f"{item.id}: a mutated reference passed every {'quick ' if quick else ''}case"
     kept = {case.case.name for case in run_item(item, mutant).cases if case.passed}
-    expected_raises = {case.name for case in item.cases if isinstance(_call(case, item.reference, 0), Raised)}
+    expected_raises = {case.name for case in item.cases if isinstance(outcome(item, case, item.reference), Raised)}
     invariant = {"01.2": {"no gradient flows into the weights"}, "02.3": {"constant returns: undefined, return NaN"},
                  "04.1": {"no gradient flows into old_logp or the advantages"}}.get(item.id, set())
     assert kept == expected_raises | invariant, item.id
@@ -123,8 +123,8 @@ def test_items_carry_typical_mistakes_and_the_grpo_step_items_their_planted_bugs
 def test_reference_results_do_not_depend_on_the_order_of_the_cases(item):
     """Each case builds fresh inputs: run backwards, the reference gives bit-for-bit the same results
     (a case that leaked state into the next, or drew from the global RNG, would not)."""
-    forward = [_call(case, item.reference, 0) for case in item.cases]
-    backward = [_call(case, item.reference, 0) for case in reversed(item.cases)][::-1]
+    forward = [outcome(item, case, item.reference) for case in item.cases]
+    backward = [outcome(item, case, item.reference) for case in reversed(item.cases)][::-1]
     for case, a, b in zip(item.cases, forward, backward, strict=True):
         assert compare(b, a, rtol=0.0, atol=0.0) is None, f"{item.id} '{case.name}': {compare(b, a, 0.0, 0.0)}"
 
@@ -150,8 +150,9 @@ def test_verdict_shows_input_expected_got_and_hint(capsys):
         check("01.1", reward_to_go)
     out = capsys.readouterr().out
     assert out.startswith("✗ 01.1 reward_to_go")
-    for part in ["input:", "rewards=[1., 1., 1.], gamma=0.5", "expected:    tensor([1.75, 1.5, 1])",
-                 "got:         tensor([3, 2, 1])", "hint:", "γ**k"]:
+    for part in ["input:       rewards=tensor([1., 1., 1.]), gamma=0.5", "expected:    tensor([1.75, 1.5, 1.])",
+                 "got:         tensor([3., 2., 1.])", "problem:     values differ: mismatched elements: 2 / 3 (66.7%)",
+                 "greatest absolute difference: 1.25 at index (0,) (up to 1e-06 allowed)", "hint:", "γ**k"]:
         assert part in out
     # Jupyter shows the exception as the one line it renders, under the verdict, not a traceback.
     n_quick = len([c for c in get_item("01.1").cases if c.quick])

@@ -9,9 +9,25 @@ explicitly from score outer products.
 import pytest
 import torch
 
-from minigrpo.course.grading.ex03 import explicit_fisher, random_spd, tiny_categorical_problem
+from minigrpo.course.grading.ex03 import random_spd, tiny_categorical_problem
+from minigrpo.trust_region import flat_grad
 
 EXERCISE = "03"
+
+
+def explicit_fisher(net: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
+    """F = (1/N) Σ_s Σ_a π(a|s) ∇log π(a|s) ∇log π(a|s)ᵀ, built one score at a time (small nets only)."""
+    params = list(net.parameters())
+    n = sum(p.numel() for p in params)
+    F = torch.zeros(n, n, dtype=torch.float64)
+    with torch.no_grad():
+        probs = torch.softmax(net(obs), -1)
+    for i in range(len(obs)):
+        logp = torch.log_softmax(net(obs[i]), -1)
+        for a in range(logp.numel()):
+            g = flat_grad(logp[a], params, retain_graph=True)
+            F += probs[i, a] * torch.outer(g, g) / len(obs)
+    return F
 
 
 # ----------------------------------------------------------------------------- 03.1 conjugate_gradient

@@ -1,15 +1,33 @@
 """The grading engine: items made of cases, compared with a reference, with hints for wrong answers.
 
-An :class:`Item` grades one function a learner writes. Each :class:`Case` says how to call it
-(``run(fn) -> result``); the expected result is ``run(reference)``, so an exercise states its
-inputs once and the reference implementation supplies the answers. Each :class:`WrongAnswer` is a
-typical mistake written as code: when the learner's result equals the mistake's result on a case,
-the verdict shows the mistake's hint. The grader's own tests check that every wrong answer fails
-its item with its hint, so hints cannot rot.
+An :class:`Item` grades one function a learner writes. A :class:`Case` is data: the arguments to call
+it with. From that one piece of data the engine both makes the call and writes the verdict's "input"
+line, so the two cannot drift apart:
+
+    Case("discounting, γ = 0.5", (torch.tensor([1.0, 1.0, 1.0]), 0.5))
+    # input:  rewards=tensor([1., 1., 1.]), gamma=0.5          (names from the reference's signature)
+
+- Every call gets fresh copies (tensors cloned): a function that edits its inputs in place cannot
+  change the reference's answer, a typical mistake's, or the next case's inputs.
+- An input too large to show is :class:`Made` by a builder, shown as the call that builds it
+  (``randn(64, 4, seed=1)``) and built afresh for every call; a :class:`Spread` builder returns several
+  arguments at once (``(logp, old_logp, advantages) = ppo_batch(seed=1)``).
+- A case that needs more than "call it, compare what it returns" names a :class:`Call` (e.g.
+  :func:`grads`: compare the loss and its gradient), which says in words what it does.
+
+The expected result is the reference's. Numbers are compared with ``torch.testing.assert_close``
+(``rtol``/``atol`` per case); its report (mismatched elements, greatest absolute and relative
+difference) goes into the verdict under "expected" and "got". Each :class:`WrongAnswer` is a typical
+mistake written as code: when the learner's result equals the mistake's result on a case, the
+verdict shows the mistake's hint. The grader's own tests check that every wrong answer fails its item
+with its hint, so hints cannot rot.
 """
 
 from __future__ import annotations
 
+import copy
+import inspect
+import re
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -20,9 +38,11 @@ from typing import Any
 import numpy as np
 import torch
 
-
 #: how a case that stopped at the stub's ``raise NotImplementedError`` is reported
 NOT_IMPLEMENTED = "not implemented yet"
+
+#: a tensor with more elements is shown by its first ones and its shape
+SHOW_ITEMS = 12
 
 
 class GradingTimeout(Exception):
@@ -53,6 +73,180 @@ def time_limit(seconds: float) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+# --- Showing values (inputs and results alike)
+
+def _number(v: Any, whole: str = ".") -> str:
+    """4 significant digits; a whole float keeps a mark of being one (``1.`` in a tensor, ``1.0`` alone)."""
+    if isinstance(v, bool) or not isinstance(v, float):
+        return repr(v)
+    text = f"{v:.4g}"
+    return text if any(c in text for c in ".ein") else text + whole
+
+
+def _nested(values: Any) -> str:
+    if isinstance(values, list):
+        return "[" + ", ".join(_nested(v) for v in values) + "]"
+    return _number(values)
+
+
+def _show_tensor(x: torch.Tensor) -> str:
+    t = x.detach().cpu()
+    dtype = "" if t.dtype in (torch.float32, torch.int64, torch.bool) else ", " + str(t.dtype).removeprefix("torch.")
+    if t.numel() <= SHOW_ITEMS:
+        return f"tensor({_nested(t.tolist())}{dtype})"
+    first = ", ".join(_number(v) for v in t.reshape(-1)[:SHOW_ITEMS].tolist())
+    return f"tensor([{first}, …], shape={tuple(t.shape)}{dtype})"
+
+
+def show(x: Any) -> str:
+    """A short, stable rendering of an input or a result: values of small tensors, with their dtype
+    when it is not the default; the first values and the shape of large ones; builders as calls."""
+    if isinstance(x, torch.Tensor):
+        return _show_tensor(x)
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k}: {show(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, tuple):
+        return "(" + ", ".join(show(v) for v in x) + ("," if len(x) == 1 else "") + ")"
+    if isinstance(x, list):
+        return "[" + ", ".join(show(v) for v in x) + "]"
+    if isinstance(x, (Made, Raised)):
+        return str(x)
+    if isinstance(x, float):
+        return _number(x, whole=".0")
+    if callable(x):
+        return getattr(x, "__name__", type(x).__name__)
+    return repr(x)
+
+
+# --- Cases as data
+
+class Made:
+    """An input built afresh each time a case runs, shown as the call that builds it:
+    ``Made(randn, 60, seed=1)`` is shown ``randn(60, seed=1)``."""
+
+    spread = False
+
+    def __init__(self, fn: Callable, *args, **kwargs):
+        self.fn, self.args, self.kwargs = fn, args, kwargs
+
+    def build(self) -> Any:
+        return self.fn(*fresh(self.args), **fresh(self.kwargs))
+
+    def __str__(self) -> str:
+        shown = [show(a) for a in self.args] + [f"{k}={show(v)}" for k, v in self.kwargs.items()]
+        return f"{self.fn.__name__}({', '.join(shown)})"
+
+    __repr__ = __str__
+
+
+class Spread(Made):
+    """A :class:`Made` whose builder returns a tuple: its items fill consecutive positional arguments."""
+
+    spread = True
+
+
+def fresh(x: Any) -> Any:
+    """A copy of a case's data for one call: builders run, tensors cloned, containers copied."""
+    if isinstance(x, Made):
+        return x.build()
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(fresh(v) for v in x)
+    if isinstance(x, dict):
+        return {k: fresh(v) for k, v in x.items()}
+    return copy.deepcopy(x)  # numbers and strings; functions are returned as they are
+
+
+@dataclass
+class Inputs:
+    """A case's arguments, made afresh for one call, and the reference's names for the positional ones."""
+
+    args: list
+    kwargs: dict
+    names: list[str]
+
+    def __call__(self, fn: Callable) -> Any:
+        return fn(*self.args, **self.kwargs)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.kwargs[name] if name in self.kwargs else self.args[self.names.index(name)]
+
+
+@dataclass(frozen=True)
+class Call:
+    """How a case uses the function when "call it, compare what it returns" is not the whole story:
+    ``run(fn, inputs)`` returns what to compare; ``text`` says what it does, after the inputs."""
+
+    run: Callable[[Callable, Inputs], Any]
+    text: str
+
+
+def grads(*compared: str, value: bool = True, requires_grad: tuple[str, ...] | None = None) -> Call:
+    """Call with the arguments ``requires_grad`` (default: ``compared``) requiring grad, backpropagate
+    from the returned loss, and compare the loss (if ``value``) and d loss / d each ``compared``
+    argument (zeros where no gradient arrived, as for a detached input)."""
+    leaves = tuple(requires_grad or compared)
+
+    def run(fn: Callable, inputs: Inputs) -> dict:
+        for name in leaves:
+            inputs[name].requires_grad_(True)
+        loss = inputs(fn)
+        loss.backward()
+        out = {"loss": loss.detach()} if value else {}
+        for name in compared:
+            grad = inputs[name].grad
+            out[f"d loss / d {name}"] = torch.zeros_like(inputs[name]) if grad is None else grad
+        return out
+
+    what = (["the loss"] if value else []) + [f"d loss / d {name}" for name in compared]
+    extra = f"with {', '.join(leaves)} requiring grad; " if set(leaves) != set(compared) else ""
+    return Call(run, f"{extra}compared: {' and '.join(what)}")
+
+
+@dataclass
+class Case:
+    """One input to grade on: ``fn(*args, **kwargs)``, or ``call.run(fn, inputs)`` when given.
+
+    ``quick`` cases are the ones the notebook's check cell runs; the grader runs them all. ``hint`` is
+    shown when the case fails and no known wrong answer explains the result.
+    """
+
+    name: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    call: Call | None = None
+    quick: bool = True
+    rtol: float = 1e-5
+    atol: float = 1e-6
+    hint: str = ""
+
+
+# --- Builders shared by the exercises (deterministic: seeded, float64)
+
+def f64(data) -> torch.Tensor:
+    return torch.tensor(data, dtype=torch.float64)
+
+
+def randn(*shape: int, seed: int) -> torch.Tensor:
+    """Standard-normal float64 values from their own generator."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def with_ratios(old_logp, ratios) -> tuple[torch.Tensor, torch.Tensor]:
+    """(logp, old_logp) with logp = old_logp + log(ratios), so that the ratios are known exactly
+    (float32 from lists; a tensor ``old_logp`` keeps its dtype)."""
+    old = torch.as_tensor(old_logp)
+    return old + torch.log(torch.as_tensor(ratios, dtype=old.dtype)), old
+
+
+def random_flags(*shape: int, p: float, seed: int) -> torch.Tensor:
+    """A bool tensor, each entry True with probability ``p``."""
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed)) < p
+
+
+# --- Items, wrong answers, results
+
 @dataclass(frozen=True)
 class Raised:
     """The outcome "calling it raised an exception of this type"."""
@@ -62,24 +256,6 @@ class Raised:
 
     def __str__(self) -> str:
         return f"raises {self.exc_type.__name__}" + (f" ({self.message})" if self.message else "")
-
-
-@dataclass
-class Case:
-    """One input to grade on.
-
-    ``run(fn)`` calls the function under test (fresh inputs each time) and returns what to compare:
-    a tensor, number, tuple or dict of them. ``quick`` cases are the ones the notebook's check cell
-    runs; the grader runs them all.
-    """
-
-    name: str
-    inputs: str
-    run: Callable[[Callable], Any]
-    quick: bool = True
-    rtol: float = 1e-5
-    atol: float = 1e-6
-    hint: str = ""  #: shown when the case fails and no known wrong answer explains the result
 
 
 @dataclass
@@ -118,13 +294,52 @@ class Item:
     def id(self) -> str:
         return f"{self.exercise}.{self.number}"
 
+    def names(self, n: int) -> list[str]:
+        """The reference's names for ``n`` positional arguments."""
+        try:
+            params = [p.name for p in inspect.signature(self.reference).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            params = []
+        return [params[i] if i < len(params) else f"arg{i}" for i in range(n)]
+
+    def inputs(self, case: Case) -> Inputs:
+        """Fresh arguments for one call of ``case``."""
+        args = []
+        for a in case.args:
+            args.extend(a.build()) if isinstance(a, Made) and a.spread else args.append(fresh(a))
+        return Inputs(args, fresh(case.kwargs), self.names(len(args)))
+
+    def input_parts(self, case: Case) -> list[tuple[str | tuple[str, ...], str]]:
+        """The case's arguments as (name, shown value) pairs; a :class:`Spread` fills a tuple of names."""
+        parts, i = [], 0
+        for a in case.args:
+            if isinstance(a, Made) and a.spread:
+                k = len(a.build())
+                parts.append((tuple(self.names(i + k)[i:]), str(a)))
+            else:
+                k = 1
+                parts.append((self.names(i + 1)[i], show(a)))
+            i += k
+        return parts + [(k, show(v)) for k, v in case.kwargs.items()]
+
+    def describe(self, case: Case) -> str:
+        """The verdict's "input" line, made from the same data as the call."""
+        shown = [f"{name}={text}" if isinstance(name, str) else f"({', '.join(name)}) = {text}"
+                 for name, text in self.input_parts(case)]
+        text = ", ".join(shown)
+        if case.call:
+            return f"{text}; {case.call.text}" if text else case.call.text
+        return text or "no arguments"
+
 
 @dataclass
 class CaseResult:
     case: Case
     passed: bool
-    message: str = ""
+    message: str = ""  #: the lines under "input" in the verdict
     hint: str = ""
+    reason: str = ""  #: one line: why it failed
 
 
 @dataclass
@@ -152,7 +367,7 @@ class ItemResult:
         if self.passed:
             return "all checks passed"
         f = self.first_failure
-        reason = f.message.splitlines()[0] if f.message else "failed"
+        reason = f.reason or (f.message.splitlines()[0] if f.message else "failed")
         return f"case '{f.case.name}': {reason}" + (f" Hint: {f.hint}" if f.hint else "")
 
     @property
@@ -161,7 +376,7 @@ class ItemResult:
         return all(c.message.startswith(NOT_IMPLEMENTED) for c in self.cases)
 
     def report(self) -> str:
-        """The full verdict a learner reads: input, expected, got, hint."""
+        """The full verdict a learner reads: input, expected, got, what differs, hint."""
         head = f"{self.item.id} {self.item.function}"
         if self.passed:
             return f"✓ {head}: all {len(self.cases)} checks passed"
@@ -169,54 +384,64 @@ class ItemResult:
             return f"✗ {head}: {self.cases[0].message}"
         f = self.first_failure
         lines = [f"✗ {head}: {self.n_passed}/{len(self.cases)} checks passed", f"  failed case: {f.case.name}",
-                 f"  input:       {f.case.inputs}"]
+                 f"  input:       {self.item.describe(f.case)}"]
         lines += ["  " + line for line in f.message.splitlines()]
         if f.hint:
             lines.append(f"  hint:        {f.hint}")
         return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------
-# Comparing results
-# ---------------------------------------------------------------------------------------------
+# --- Comparing results
 
-def _to_tensor(x: Any) -> torch.Tensor | None:
+def _as_tensor(x: Any) -> torch.Tensor | None:
+    """A tensor, number or (nested) list of numbers as a tensor (Python numbers as float64); else None."""
     if isinstance(x, torch.Tensor):
-        return x.detach()
-    if isinstance(x, (list, tuple, np.ndarray, float, int, np.floating, np.integer)) and not isinstance(x, bool):
-        try:
-            return torch.as_tensor(np.asarray(x, dtype=np.float64))
-        except (TypeError, ValueError):
-            return None
-    return None
+        return x.detach().cpu()
+    if isinstance(x, bool) or x is None or isinstance(x, (str, dict, set, frozenset)):
+        return None
+    try:
+        arr = np.asarray(x)
+    except (TypeError, ValueError):
+        return None
+    if arr.dtype.kind == "b":
+        return torch.as_tensor(arr)
+    return torch.as_tensor(arr, dtype=torch.float64) if arr.dtype.kind in "iuf" else None
 
 
-def format_value(x: Any, max_items: int = 8) -> str:
-    """A short, stable rendering of a result for a verdict."""
-    if isinstance(x, Raised):
-        return str(x)
-    if isinstance(x, dict):
-        return "{" + ", ".join(f"{k}: {format_value(v, max_items)}" for k, v in x.items()) + "}"
-    if x is None:
-        return "None"
-    if isinstance(x, torch.Tensor):
-        t = x.detach().cpu()
-        if t.ndim == 0:
-            return f"tensor({t.item():.4g})"
-        flat = [f"{v:.4g}" for v in t.double().reshape(-1)[:max_items].tolist()]
-        more = ", …" if t.numel() > max_items else ""
-        values = "[" + ", ".join(flat) + more + "]"
-        return f"tensor({values}, shape={tuple(t.shape)})" if t.ndim > 1 or more else f"tensor({values})"
-    return repr(x)
+def _is_numeric(x: Any) -> bool:
+    if isinstance(x, tuple):  # a tuple of labels (a sorted answer) is compared for equality
+        return bool(x) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in x)
+    return _as_tensor(x) is not None
+
+
+_LONG_FLOAT = re.compile(r"-?\d+\.\d{5,}(?:e[-+]?\d+)?")
+
+
+def _not_close(got: torch.Tensor, expected: torch.Tensor, rtol: float, atol: float) -> str | None:
+    """None when ``torch.testing.assert_close`` accepts ``got``; else its report, one finding a line
+    (numbers to 4 digits), after a sentence that names NaN or inf where they differ."""
+    try:
+        torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, equal_nan=True, check_dtype=False)
+        return None
+    except AssertionError as exc:
+        report = [line for line in str(exc).splitlines()[1:] if line.strip() and not line.startswith("Expected ")]
+    lines = [_LONG_FLOAT.sub(lambda m: f"{float(m.group()):.4g}", line[0].lower() + line[1:]) for line in report]
+    if torch.isnan(got).any() and not torch.isnan(expected).any():
+        head = "the result contains NaN"
+    elif not torch.equal(torch.isfinite(got), torch.isfinite(expected)):
+        head = "NaN or inf where the expected result has none (or the other way round)"
+    else:
+        head = "values differ"
+    return "\n".join([f"{head}: {lines[0]}", *lines[1:]]) if lines else head
 
 
 def compare(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise a sentence saying how it differs."""
+    """None when ``got`` matches ``expected``; otherwise what differs (first line: a sentence)."""
     if isinstance(expected, Raised):
         if isinstance(got, Raised):
             return None if issubclass(got.exc_type, expected.exc_type) else (
                 f"raised {got.exc_type.__name__}, expected a {expected.exc_type.__name__}")
-        return f"expected a {expected.exc_type.__name__} to be raised, but it returned {format_value(got)}"
+        return f"expected a {expected.exc_type.__name__} to be raised, but it returned {show(got)}"
     if isinstance(got, Raised):
         return f"raised {got.exc_type.__name__}: {got.message}"
     if isinstance(expected, dict):
@@ -230,45 +455,51 @@ def compare(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
                 return f"{key}: {diff}"
         return None
     if expected is None:
-        return None if got is None else f"expected None, got {format_value(got)}"
-    if isinstance(expected, (bool, str, tuple)) and not isinstance(expected, torch.Tensor):
-        if isinstance(expected, tuple) and all(isinstance(e, (int, float)) for e in expected):
-            pass  # numeric tuples are compared as tensors below
-        else:
-            return None if got == expected else f"expected {expected!r}, got {got!r}"
-    exp_t, got_t = _to_tensor(expected), _to_tensor(got)
-    if got_t is None:
-        return f"expected a tensor, got {type(got).__name__}: {format_value(got)}"
-    if tuple(got_t.shape) != tuple(exp_t.shape):
-        return f"shape {tuple(got_t.shape)} but expected shape {tuple(exp_t.shape)}"
-    g, e = got_t.double().cpu(), exp_t.double().cpu()
-    if torch.isnan(g).any() and not torch.isnan(e).any():
-        return "the result contains NaN"
-    if torch.allclose(g, e, rtol=rtol, atol=atol, equal_nan=True):
-        return None
-    if not torch.equal(torch.isfinite(g), torch.isfinite(e)):
-        return "NaN or inf where the expected result has none (or the other way round)"
-    err = torch.where(torch.isfinite(e), (g - e).abs(), torch.zeros_like(e))
-    idx = tuple(int(i) for i in (err == err.max()).nonzero()[0]) if err.ndim else ()
-    where = f" at index {idx}" if idx else ""
-    return f"values differ: max |got − expected| = {err.max().item():.4g}{where}"
+        return None if got is None else f"expected None, got {show(got)}"
+    if not _is_numeric(expected):
+        return None if got == expected else f"expected {expected!r}, got {got!r}"
+    e, g = _as_tensor(expected), _as_tensor(got)
+    if g is None:
+        return f"expected a tensor or a number, got {type(got).__name__}: {show(got)}"
+    if g.shape != e.shape:
+        return f"shape {tuple(g.shape)}, but expected shape {tuple(e.shape)}"
+    if (g.dtype == torch.bool) != (e.dtype == torch.bool):
+        return f"dtype {g.dtype}, but expected {e.dtype}"
+    return _not_close(g, e, rtol, atol)
 
 
-def _call(case: Case, fn: Callable, seconds: float) -> Any:
-    """Run a case; exceptions become :class:`Raised` (timeouts and NotImplementedError re-raise)."""
+# --- Running cases
+
+def outcome(item: Item, case: Case, fn: Callable, seconds: float = 0) -> Any:
+    """What ``fn`` gives on fresh inputs of ``case``: its result, or a :class:`Raised` (timeouts and
+    NotImplementedError re-raise)."""
+    inputs = item.inputs(case)
     try:
         with time_limit(seconds):
-            return case.run(fn)
+            return case.call.run(fn, inputs) if case.call else inputs(fn)
     except (GradingTimeout, NotImplementedError):
         raise
     except Exception as exc:  # noqa: BLE001 - any exception of the learner's code is a result
         return Raised(type(exc), str(exc).splitlines()[0] if str(exc) else "")
 
 
+def _explained_by(item: Item, case: Case, got: Any, expected: Any) -> str:
+    """The hint of the first typical mistake whose result (wrong on this case) equals ``got``."""
+    for wrong in item.wrong_answers:
+        try:
+            wrong_result = outcome(item, case, wrong.fn)
+        except Exception:  # noqa: BLE001
+            continue
+        if compare(wrong_result, expected, case.rtol, case.atol) is not None and \
+                compare(got, wrong_result, case.rtol, case.atol) is None:
+            return wrong.hint
+    return case.hint
+
+
 def run_case(item: Item, case: Case, fn: Callable) -> CaseResult:
-    expected = _call(case, item.reference, seconds=0)
+    expected = outcome(item, case, item.reference)
     try:
-        got = _call(case, fn, item.time_limit)
+        got = outcome(item, case, fn, item.time_limit)
     except NotImplementedError:
         return CaseResult(case, False, f"{NOT_IMPLEMENTED}: replace `raise NotImplementedError` with your code")
     except GradingTimeout:
@@ -276,18 +507,10 @@ def run_case(item: Item, case: Case, fn: Callable) -> CaseResult:
     diff = compare(got, expected, case.rtol, case.atol)
     if diff is None:
         return CaseResult(case, True)
-    message = f"expected:    {format_value(expected)}\ngot:         {format_value(got)}\nproblem:     {diff}"
-    hint = case.hint
-    for wrong in item.wrong_answers:
-        try:
-            wrong_result = _call(case, wrong.fn, seconds=0)
-        except Exception:  # noqa: BLE001
-            continue
-        if compare(wrong_result, expected, case.rtol, case.atol) is not None and \
-                compare(got, wrong_result, case.rtol, case.atol) is None:
-            hint = wrong.hint
-            break
-    return CaseResult(case, False, message, hint)
+    problem = diff.splitlines()
+    message = "\n".join([f"expected:    {show(expected)}", f"got:         {show(got)}", f"problem:     {problem[0]}",
+                         *(" " * 13 + line for line in problem[1:])])
+    return CaseResult(case, False, message, _explained_by(item, case, got, expected), problem[0])
 
 
 def run_item(item: Item, fn: Callable | None, quick: bool = False) -> ItemResult:

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
 
-from minigrpo.course.grading.core import Case, Item, WrongAnswer
+from minigrpo.course.grading.core import Call, Case, Item, Made, Spread, WrongAnswer, f64, randn
 from minigrpo.trust_region import conjugate_gradient, fisher_vector_product, flat_grad
 
 TITLE = "TRPO"
 
 # --------------------------------------------------------------------------- shared inputs (fresh each call)
-
-
-def _t(values) -> torch.Tensor:
-    return torch.tensor(values, dtype=torch.float64)
 
 
 def random_spd(n: int, seed: int, cond: float | None = None) -> torch.Tensor:
@@ -30,20 +27,27 @@ def random_spd(n: int, seed: int, cond: float | None = None) -> torch.Tensor:
     return (q * eig) @ q.T
 
 
-def _random_vec(n: int, seed: int) -> torch.Tensor:
-    return torch.randn(n, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+def matvec(A: torch.Tensor):
+    """v ↦ A v, the only access to A that conjugate gradient needs."""
+    return lambda v: A @ v
+
+
+def random_vec(n: int, seed: int, norm: float | None = None) -> torch.Tensor:
+    """A random float64 vector (scaled to ``norm`` when given)."""
+    v = randn(n, seed=seed)
+    return v if norm is None else norm * v / v.norm()
 
 
 # --------------------------------------------------------------------------- 03.1 conjugate_gradient
 
 
-def _cg_skeleton(Avp, b, iters, tol, *, x0=None, update_r=True, r_sign=-1.0, beta="fr", conjugate=True,
+def _cg_skeleton(Avp, b, iters=10, tol=1e-5, *, x0_is_b=False, update_r=True, r_sign=-1.0, beta="fr", conjugate=True,
                  stop="relative"):
     """CG with a switch for each typical mistake. The input check is kept, so that each wrong answer
     differs from the reference by its one mistake only."""
     if b.ndim != 1:
         raise ValueError("b must be 1-D")
-    x = torch.zeros_like(b) if x0 is None else x0.clone()
+    x = b.clone() if x0_is_b else torch.zeros_like(b)
     r = b.clone()
     p = b.clone()
     rr = r @ r
@@ -66,88 +70,35 @@ def _cg_skeleton(Avp, b, iters, tol, *, x0=None, update_r=True, r_sign=-1.0, bet
     return x
 
 
-def _cg_no_residual_update(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, update_r=False)
-
-
-def _cg_residual_sign(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, r_sign=+1.0)
-
-
-def _cg_beta_inverted(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, beta="inverted")
-
-
-def _cg_steepest_descent(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, conjugate=False)
-
-
-def _cg_start_at_b(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, x0=b)
-
-
-def _cg_no_stopping_test(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, stop=None)
-
-
-def _cg_absolute_tolerance(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, stop="absolute")
-
-
-def _cg_tol_not_squared(Avp, b, iters=10, tol=1e-5):
-    return _cg_skeleton(Avp, b, iters, tol, stop="tol_not_squared")
-
-
-def _solve(A: torch.Tensor, b: torch.Tensor, iters: int, tol: float | None = None):
-    def run(f):
-        kwargs = {} if tol is None else {"tol": tol}
-        return f(lambda v: A @ v, b.clone(), iters, **kwargs)
-
-    return run
-
-
-_A2 = [[4.0, 1.0], [1.0, 3.0]]
-
-
-def _unit_vec(n: int, seed: int, norm: float) -> torch.Tensor:
-    v = _random_vec(n, seed)
-    return norm * v / v.norm()
-
-
 _STOP_HINT = ("stop at the top of an iteration once ‖r‖ ≤ tol·‖b‖, i.e. r·r ≤ tol²·(b·b), with b·b computed "
               "once from the b you were given")
 
+_DIAG = Made(matvec, Made(torch.diag, f64([1.0, 2.0, 4.0])))
+
 CG_CASES = [
-    Case("diagonal 3×3: exact after 3 iterations", "A = diag(1, 2, 4), b = [1, 1, 1], iters = 3",
-         _solve(torch.diag(_t([1.0, 2.0, 4.0])), _t([1.0, 1.0, 1.0]), 3)),
-    Case("a 2×2 SPD matrix, solved in 2 iterations (x = [1/11, 7/11])", "A = [[4, 1], [1, 3]], b = [1, 2], iters = 2",
-         _solve(_t(_A2), _t([1.0, 2.0]), 2)),
+    Case("diagonal 3×3: exact after 3 iterations", (_DIAG, f64([1.0, 1.0, 1.0]), 3)),
+    Case("a 2×2 SPD matrix, solved in 2 iterations (x = [1/11, 7/11])",
+         (Made(matvec, f64([[4.0, 1.0], [1.0, 3.0]])), f64([1.0, 2.0]), 2)),
     Case("fewer iterations than unknowns: the CG iterate after 2 steps",
-         "A = a random 6×6 SPD matrix (seed 3), b = random (seed 4), iters = 2",
-         lambda f: _solve(random_spd(6, 3), _random_vec(6, 4), 2)(f), rtol=1e-7, atol=1e-10),
-    Case("b = 0 gives x = 0 (the loop must stop: ‖r‖ = 0 ≤ tol·‖b‖ = 0)", "A = diag(1, 2, 4), b = [0, 0, 0], iters = 3",
-         _solve(torch.diag(_t([1.0, 2.0, 4.0])), torch.zeros(3, dtype=torch.float64), 3),
+         (Made(matvec, Made(random_spd, 6, seed=3)), Made(random_vec, 6, seed=4), 2), rtol=1e-7, atol=1e-10),
+    Case("b = 0 gives x = 0 (the loop must stop: ‖r‖ = 0 ≤ tol·‖b‖ = 0)", (_DIAG, f64([0.0, 0.0, 0.0]), 3),
          hint="with b = 0 the residual is 0 from the start: " + _STOP_HINT + " (≤, not <: here both sides are 0), "
               "before dividing by pᵀAp = 0."),
-    Case("a tiny b (‖b‖ ≈ 1.7e-8) gets the same solution, scaled: x = 1e-8·[1, 0.5, 0.25]",
-         "A = diag(1, 2, 4), b = 1e-8·[1, 1, 1], iters = 3 (tol left at its default, 1e-5)",
-         _solve(torch.diag(_t([1.0, 2.0, 4.0])), 1e-8 * _t([1.0, 1.0, 1.0]), 3), rtol=1e-7, atol=1e-20,
+    Case("a tiny b (‖b‖ ≈ 1.7e-8, tol left at its default 1e-5) gets the same solution, scaled: x = 1e-8·[1, 0.5, 0.25]",
+         (_DIAG, f64([1e-8, 1e-8, 1e-8]), 3), rtol=1e-7, atol=1e-20,
          hint="the stop must be relative to b: " + _STOP_HINT + ". A small policy gradient is a small b, and "
               "it still needs its natural-gradient direction."),
-    Case("stops as soon as ‖r‖ ≤ tol·‖b‖: after 11 iterations (‖r‖/‖b‖ = 1.9e-3 after 10, 8.5e-4 after 11)",
-         "A = SPD 30×30 with eigenvalues from 1 to 10 (seed 11), b random (seed 12) scaled to ‖b‖ = 100, "
-         "iters = 100, tol = 1e-3",
-         lambda f: _solve(random_spd(30, 11, cond=10.0), _unit_vec(30, 12, 100.0), 100, tol=1e-3)(f),
-         rtol=1e-9, atol=1e-12, hint=_STOP_HINT + "; here that is ‖r‖ ≤ 0.1."),
-    Case("b must be a flat vector: shape (3, 1) is refused with a ValueError", "b of shape (3, 1)",
-         lambda f: f(lambda v: v, torch.ones(3, 1, dtype=torch.float64), 3),
+    Case("stops as soon as ‖r‖ ≤ tol·‖b‖ = 0.1: after 11 iterations (‖r‖/‖b‖ = 1.9e-3 after 10, 8.5e-4 after 11)",
+         (Made(matvec, Made(random_spd, 30, seed=11, cond=10.0)), Made(random_vec, 30, seed=12, norm=100.0), 100),
+         {"tol": 1e-3}, rtol=1e-9, atol=1e-12, hint=_STOP_HINT + "; here that is ‖r‖ ≤ 0.1."),
+    Case("b must be a flat vector: shape (3, 1) is refused with a ValueError",
+         (Made(matvec, Made(torch.eye, 3, dtype=torch.float64)), torch.ones(3, 1, dtype=torch.float64), 3),
          hint="check `b.ndim == 1` first and raise ValueError otherwise (CG works on flat parameter vectors)."),
     Case("random SPD 20×20 (condition number 1e3), run to convergence",
-         "A = SPD 20×20 with eigenvalues from 1 to 1000 (seed 5), b random (seed 6), iters = 200, tol = 1e-12",
-         lambda f: _solve(random_spd(20, 5, cond=1e3), _random_vec(20, 6), 200, tol=1e-12)(f),
+         (Made(matvec, Made(random_spd, 20, seed=5, cond=1e3)), Made(random_vec, 20, seed=6), 200), {"tol": 1e-12},
          quick=False, rtol=1e-6, atol=1e-9),
-    Case("random SPD 40×40, exactly 40 iterations", "A = random SPD 40×40 (seed 7), b random (seed 8), iters = 40, "
-         "tol = 1e-12", lambda f: _solve(random_spd(40, 7), _random_vec(40, 8), 40, tol=1e-12)(f),
+    Case("random SPD 40×40, exactly 40 iterations",
+         (Made(matvec, Made(random_spd, 40, seed=7)), Made(random_vec, 40, seed=8), 40), {"tol": 1e-12},
          quick=False, rtol=1e-6, atol=1e-9),
 ]
 
@@ -155,25 +106,25 @@ CONJUGATE_GRADIENT = Item(
     exercise="03", number=1, function="conjugate_gradient", title="conjugate gradient from matrix-vector products",
     reference=conjugate_gradient, cases=CG_CASES,
     wrong_answers=[
-        WrongAnswer("no stopping test", _cg_no_stopping_test,
+        WrongAnswer("no stopping test", partial(_cg_skeleton, stop=None),
                     "the result is NaN when b = 0: " + _STOP_HINT + " — with ≤, not < (0 ≤ 0) — before computing "
                     "α = r·r / pᵀAp, which would be 0/0."),
-        WrongAnswer("absolute tolerance", _cg_absolute_tolerance,
+        WrongAnswer("absolute tolerance", partial(_cg_skeleton, stop="absolute"),
                     "the stop is absolute: r·r ≤ tol² does not depend on b, so a tiny b (a small policy gradient) "
                     "stops at once with x = 0, and a large one iterates too long. Make it relative: r·r ≤ tol²·(b·b)."),
-        WrongAnswer("tol not squared", _cg_tol_not_squared,
+        WrongAnswer("tol not squared", partial(_cg_skeleton, stop="tol_not_squared"),
                     "tol bounds the norm ratio ‖r‖/‖b‖, so compare squared norms with tol²: r·r ≤ tol²·(b·b) "
                     "(r·r ≤ tol·(b·b) stops at ‖r‖ ≤ √tol·‖b‖, far too early)."),
-        WrongAnswer("residual not updated", _cg_no_residual_update,
+        WrongAnswer("residual not updated", partial(_cg_skeleton, update_r=False),
                     "the residual r = b − A x must follow x: after x ← x + α p, update r ← r − α A p."),
-        WrongAnswer("residual sign", _cg_residual_sign,
+        WrongAnswer("residual sign", partial(_cg_skeleton, r_sign=+1.0),
                     "sign error in the residual update: x ← x + α p changes b − A x by −α A p, so r ← r − α A p."),
-        WrongAnswer("β inverted", _cg_beta_inverted,
+        WrongAnswer("β inverted", partial(_cg_skeleton, beta="inverted"),
                     "β is inverted: the new direction is p ← r_new + (r_newᵀr_new / r_oldᵀr_old) p (new over old)."),
-        WrongAnswer("steepest descent", _cg_steepest_descent,
+        WrongAnswer("steepest descent", partial(_cg_skeleton, conjugate=False),
                     "this is steepest descent (p ← r): CG keeps the directions A-conjugate with "
                     "p ← r + β p, β = r_newᵀr_new / r_oldᵀr_old, which makes it exact in n steps."),
-        WrongAnswer("starts at x = b", _cg_start_at_b,
+        WrongAnswer("starts at x = b", partial(_cg_skeleton, x0_is_b=True),
                     "start from x = 0, so that the first residual b − A x is b itself (you started at x = b but "
                     "kept r = b)."),
     ],
@@ -209,21 +160,6 @@ def tiny_categorical_problem(seed: int = 0, obs_dim: int = 3, n_actions: int = 3
     return net, params, obs, mean_kl
 
 
-def explicit_fisher(net: torch.nn.Module, obs: torch.Tensor) -> torch.Tensor:
-    """F = (1/N) Σ_s Σ_a π(a|s) ∇log π(a|s) ∇log π(a|s)ᵀ, built one score at a time (small nets only)."""
-    params = list(net.parameters())
-    n = sum(p.numel() for p in params)
-    F = torch.zeros(n, n, dtype=torch.float64)
-    with torch.no_grad():
-        probs = torch.softmax(net(obs), -1)
-    for i in range(len(obs)):
-        logp = torch.log_softmax(net(obs[i]), -1)
-        for a in range(logp.numel()):
-            g = flat_grad(logp[a], params, retain_graph=True)
-            F += probs[i, a] * torch.outer(g, g) / len(obs)
-    return F
-
-
 def tiny_gaussian_problem(seed: int = 0, obs_dim: int = 3, act_dim: int = 2, n_states: int = 6):
     """A float64 diagonal-Gaussian policy (linear mean, learned log std) and its frozen-old ``mean_kl``."""
     with torch.random.fork_rng():
@@ -246,35 +182,27 @@ def tiny_gaussian_problem(seed: int = 0, obs_dim: int = 3, act_dim: int = 2, n_s
     return params, mean_kl
 
 
-def _n_params(params) -> int:
-    return sum(p.numel() for p in params)
+def softmax_policy_kl(seed: int = 0, hidden: tuple = (4,), n_actions: int = 3):
+    """(mean_kl, params) of :func:`tiny_categorical_problem`."""
+    _, params, _, mean_kl = tiny_categorical_problem(seed, hidden=hidden, n_actions=n_actions)
+    return mean_kl, params
 
 
-def _fvp_case(damping: float, n_vectors: int = 1, seed: int = 0, hidden: tuple = (4,), n_actions: int = 3,
-              v_seed: int = 100):
-    def run(f):
-        _, params, _, mean_kl = tiny_categorical_problem(seed, hidden=hidden, n_actions=n_actions)
-        fvp = f(mean_kl, params, damping)
-        vs = [_random_vec(_n_params(params), v_seed + k) for k in range(n_vectors)]
-        out = [fvp(v) for v in vs]
-        return out[0] if n_vectors == 1 else torch.stack(out)
-
-    return run
+def gaussian_policy_kl(seed: int = 0):
+    """(mean_kl, params) of :func:`tiny_gaussian_problem`."""
+    params, mean_kl = tiny_gaussian_problem(seed)
+    return mean_kl, params
 
 
-def _fvp_gaussian(f):
-    params, mean_kl = tiny_gaussian_problem(1)
-    fvp = f(mean_kl, params, 0.05)
-    return torch.stack([fvp(_random_vec(_n_params(params), 200 + k)) for k in range(2)])
+def products(*seeds: int) -> Call:
+    """Take ``fvp = fn(mean_kl, params, damping)``, then apply it to one random vector per seed."""
+    def run(fn, inputs):
+        fvp = inputs(fn)
+        n = sum(p.numel() for p in inputs["params"])
+        out = [fvp(random_vec(n, seed)) for seed in seeds]
+        return out[0] if len(seeds) == 1 else torch.stack(out)
 
-
-def _fvp_no_damping(mean_kl, params, damping=0.1):
-    return fisher_vector_product(mean_kl, params, 0.0)
-
-
-def _fvp_damping_multiplied(mean_kl, params, damping=0.1):
-    plain = fisher_vector_product(mean_kl, params, 0.0)
-    return lambda v: damping * plain(v)
+    return Call(run, f"then fvp(random_vec(n_params, s)) for s in {list(seeds)}; compared: the products")
 
 
 def _fvp_first_derivative(mean_kl, params, damping=0.1):
@@ -299,29 +227,27 @@ def _fvp_no_create_graph(mean_kl, params, damping=0.1):
 
 
 FVP_CASES = [
-    Case("tiny softmax policy, damping 0.1: (F + 0.1·I) v",
-         "3 obs → 4 tanh → 3 actions (float64, 31 parameters), 5 states, damping = 0.1, one random v",
-         _fvp_case(0.1), rtol=1e-7, atol=1e-10),
-    Case("damping 0: the plain Fisher-vector product F v", "same policy, damping = 0.0, another random v",
-         _fvp_case(0.0, v_seed=50), rtol=1e-7, atol=1e-10),
+    Case("tiny softmax policy (3 obs → 4 tanh → 3 actions, 31 parameters, 5 states), damping 0.1: (F + 0.1·I) v",
+         (Spread(softmax_policy_kl, seed=0), 0.1), call=products(100), rtol=1e-7, atol=1e-10),
+    Case("damping 0: the plain Fisher-vector product F v", (Spread(softmax_policy_kl, seed=0), 0.0),
+         call=products(50), rtol=1e-7, atol=1e-10),
     Case("the product can be taken many times (CG calls it once per iteration)",
-         "same policy, damping = 0.1, fvp(v) for three random vectors in a row",
-         _fvp_case(0.1, n_vectors=3), rtol=1e-7, atol=1e-10),
+         (Spread(softmax_policy_kl, seed=0), 0.1), call=products(100, 101, 102), rtol=1e-7, atol=1e-10),
     Case("two hidden layers, 4 actions, damping 0.05",
-         "3 obs → 4 → 4 tanh → 4 actions (float64), 5 states, damping = 0.05, two random vectors",
-         _fvp_case(0.05, n_vectors=2, seed=3, hidden=(4, 4), n_actions=4), quick=False, rtol=1e-7, atol=1e-10),
-    Case("a diagonal-Gaussian policy with a learned log std (continuous actions)",
-         "linear mean 3 → 2, log std parameter, 6 states, damping = 0.05, two random vectors",
-         _fvp_gaussian, quick=False, rtol=1e-7, atol=1e-10),
+         (Spread(softmax_policy_kl, seed=3, hidden=(4, 4), n_actions=4), 0.05), call=products(100, 101),
+         quick=False, rtol=1e-7, atol=1e-10),
+    Case("a diagonal-Gaussian policy with a learned log std (continuous actions; linear mean 3 → 2, 6 states)",
+         (Spread(gaussian_policy_kl, seed=1), 0.05), call=products(200, 201), quick=False, rtol=1e-7, atol=1e-10),
 ]
 
 FISHER_VECTOR_PRODUCT = Item(
     exercise="03", number=2, function="fisher_vector_product", title="Fisher-vector products by double backprop",
     reference=fisher_vector_product, cases=FVP_CASES,
     wrong_answers=[
-        WrongAnswer("damping forgotten", _fvp_no_damping,
+        WrongAnswer("damping forgotten", lambda mean_kl, params, damping: fisher_vector_product(mean_kl, params, 0.0),
                     "you returned F v: add the damping term, (F + damping·I) v = F v + damping * v."),
-        WrongAnswer("damping multiplied", _fvp_damping_multiplied,
+        WrongAnswer("damping multiplied", lambda mean_kl, params, damping: (
+                    lambda v: damping * fisher_vector_product(mean_kl, params, 0.0)(v)),
                     "damping is added, not multiplied: return F v + damping * v (it shifts every eigenvalue "
                     "of F up by `damping`)."),
         WrongAnswer("first derivative only", _fvp_first_derivative,
@@ -365,31 +291,32 @@ _step_euclidean = _checked(lambda xx, xFx, d: torch.sqrt(2 * d / xx))
 _step_inverted = _checked(lambda xx, xFx, d: torch.sqrt(2 * d * xFx))
 
 
-def _boundary_case(n: int, seed: int, max_kl: float):
-    def run(f):
-        F = random_spd(n, seed)
-        x = _random_vec(n, seed + 1)
-        s = f(x.clone(), F @ x, max_kl)
-        return {"step": s, "½ sᵀF s": 0.5 * s @ F @ s}
+def direction(n: int, seed: int):
+    """(x, Fx): a random direction x (seed + 1) and F x for F = random_spd(n, seed)."""
+    x = random_vec(n, seed + 1)
+    return x, random_spd(n, seed) @ x
 
-    return run
 
+def _with_kl(fn, inputs):
+    s, x, Fx = inputs(fn), inputs["x"], inputs["Fx"]
+    beta = (s @ x) / (x @ x)  # the step is s = β·x, so ½ sᵀF s = ½ β² xᵀF x
+    return {"step": s, "½ sᵀF s": 0.5 * beta**2 * (x @ Fx)}
+
+
+WITH_KL = Call(_with_kl, "compared: the step s and ½ sᵀF s (= ½ β² xᵀFx for s = β·x)")
 
 _NEG_HINT = "compute xFx = x @ Fx and raise ValueError unless it is > 0 (F is positive definite; 0 would divide by 0)."
 
 STEP_CASES = [
-    Case("hand-checkable: xᵀFx = 2, δ = 0.01 gives β = 0.1", "x = [1, 0], Fx = [2, 0], max_kl = 0.01",
-         lambda f: f(_t([1.0, 0.0]), _t([2.0, 0.0]), 0.01)),
-    Case("the full step lands on the trust-region boundary: ½ sᵀF s = δ",
-         "F = random SPD 6×6 (seed 1), x random (seed 2), Fx = F @ x, max_kl = 0.02",
-         _boundary_case(6, 1, 0.02), rtol=1e-9, atol=1e-12),
-    Case("no positive curvature along x is refused with a ValueError", "x = [1, 0], Fx = [0, 1], max_kl = 0.01",
-         lambda f: f(_t([1.0, 0.0]), _t([0.0, 1.0]), 0.01), hint=_NEG_HINT),
-    Case("x and Fx of different shapes are refused with a ValueError", "x of shape (3,), Fx of shape (2,)",
-         lambda f: f(_t([1.0, 1.0, 1.0]), _t([1.0, 1.0]), 0.01),
+    Case("hand-checkable: xᵀFx = 2, δ = 0.01 gives β = 0.1", (f64([1.0, 0.0]), f64([2.0, 0.0]), 0.01)),
+    Case("the full step lands on the trust-region boundary: ½ sᵀF s = δ", (Spread(direction, 6, seed=1), 0.02),
+         call=WITH_KL, rtol=1e-9, atol=1e-12),
+    Case("no positive curvature along x is refused with a ValueError", (f64([1.0, 0.0]), f64([0.0, 1.0]), 0.01),
+         hint=_NEG_HINT),
+    Case("x and Fx of different shapes are refused with a ValueError", (f64([1.0, 1.0, 1.0]), f64([1.0, 1.0]), 0.01),
          hint="check that x is 1-D and x.shape == Fx.shape, and raise ValueError otherwise."),
-    Case("a 200-dimensional problem, δ = 0.05", "F = random SPD 200×200 (seed 10), x random (seed 11), max_kl = 0.05",
-         _boundary_case(200, 10, 0.05), quick=False, rtol=1e-9, atol=1e-12),
+    Case("a 200-dimensional problem, δ = 0.05", (Spread(direction, 200, seed=10), 0.05), call=WITH_KL,
+         quick=False, rtol=1e-9, atol=1e-12),
 ]
 
 TRPO_FULL_STEP = Item(

@@ -9,12 +9,13 @@ planted bug switched on, so a verdict names the bug that is still there.
 from __future__ import annotations
 
 import functools
+from functools import partial
 
 import torch
 
+from minigrpo.course.grading.core import Call, Case, Item, WrongAnswer, checked_by, f64
 from minigrpo.debugging.buggy_step import BUGS, buggy_grpo_step
-from minigrpo.debugging.detections import DETECTIONS, Detection, debugging_setup
-from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.debugging.detections import DETECTIONS, GROUP_SIZE, PROMPTS, TEMPERATURE, debugging_setup
 
 TITLE = "Debugging a GRPO step"
 
@@ -40,21 +41,17 @@ def _with_bug(bug: str):
     return step
 
 
-def _detect(name: str):
-    def run(step):
-        d: Detection = DETECTIONS[name](*_setup(), step=step)
-        return d.value
-
-    return run
+_BATCH = (f"{len(PROMPTS)} addition prompts × {GROUP_SIZE} completions from a tiny Llama (pad == eos, "
+          f"debugging_setup(seed=0)), temperature {TEMPERATURE}, seeded rewards; the step runs on copies of the model")
 
 
-def _case(name: str, inputs: str, hint: str, threshold: float) -> Case:
+def _case(name: str, measured: str, hint: str, threshold: float) -> Case:
     """A detection as a case: the measured value must match the reference's (≈ 0) within the detection's threshold."""
-    return Case(name.replace("_", " "), inputs, _detect(name), rtol=0.0, atol=threshold, hint=hint)
+    def run(step, inputs):
+        return DETECTIONS[name](*_setup(), step=step).value
 
-
-_BATCH = ("4 addition prompts × 4 completions from a tiny Llama (pad == eos), temperature 0.7, seeded rewards; "
-          "the step runs on copies of the model")
+    call = Call(run, f"your grpo_step, run by detections.{name} on {_BATCH}; measured: {measured}")
+    return Case(name.replace("_", " "), call=call, rtol=0.0, atol=threshold, hint=hint)
 
 
 def _wrong(bug: str, hint: str) -> WrongAnswer:
@@ -67,14 +64,13 @@ LOGPROBS = Item(
     exercise="07", number=1, function="grpo_step", title="log-probs: alignment and temperature",
     reference=reference_step,
     cases=[
-        _case("logprobs_match_sampler", _BATCH + "; measured: max |record.logp − the sampler's log-probs| over "
-              "completion tokens (must be < 1e-4)",
+        _case("logprobs_match_sampler", "max |record.logp − the sampler's log-probs| over completion tokens",
               "the trainer must score each sampled token exactly as the sampler did: logits at t predict token t+1, "
               "divided by the sampling temperature before the log-softmax.", 1e-4),
-        _case("ratio_is_one_at_first_inner_step", _BATCH + "; measured: max |ρ − 1| at the first inner step",
+        _case("ratio_is_one_at_first_inner_step", "max |ρ − 1| at the first inner step",
               "before any optimizer step, the new and the old log-probs must be the same computation (same "
               "temperature, same alignment).", 1e-6),
-        _case("kl_zero_at_step0", _BATCH + ", reference = a copy of the policy, beta = 0.04; measured: max |k3|",
+        _case("kl_zero_at_step0", "max |k3| with the reference a copy of the policy, beta = 0.04",
               "with the reference equal to the policy the KL must be 0: score the reference exactly like the policy.",
               1e-6),
     ],
@@ -94,12 +90,12 @@ MASKS = Item(
     exercise="07", number=2, function="grpo_step", title="which tokens count",
     reference=reference_step,
     cases=[
-        _case("loss_matches_hand_value", _BATCH + "; measured: |loss − (−Σ_b A_b·L_b / Σ_b L_b)| at ρ = 1, β = 0, "
-              "L_b = tokens of completion b up to and including its first EOS",
+        _case("loss_matches_hand_value", "|loss − (−Σ_b A_b·L_b / Σ_b L_b)| at ρ = 1, β = 0, L_b = tokens of "
+              "completion b up to and including its first EOS",
               "at ρ = 1 each counted token contributes −A: count the completion tokens up to and including the "
               "first EOS, nothing of the prompt, and use the group-normalised advantages.", 1e-6),
-        _case("invariant_to_tokens_after_eos", _BATCH + "; the tokens after each EOS replaced by '7'; measured: the "
-              "largest change of the loss or of the gradient",
+        _case("invariant_to_tokens_after_eos", "the largest change of the loss or of the gradient when the tokens "
+              "after each EOS are replaced by '7'",
               "tokens after the first EOS were never sampled: mask them out by position, not by token id.", 1e-6),
     ],
     wrong_answers=[
@@ -118,15 +114,15 @@ ADVANTAGES = Item(
     exercise="07", number=3, function="grpo_step", title="advantages: per group, guarded, constant",
     reference=reference_step,
     cases=[
-        _case("zero_grad_on_all_equal_groups", _BATCH + ", rewards equal within each group (0, 1, 2, 3); measured: "
-              "max |gradient| (inf for NaN)",
+        _case("zero_grad_on_all_equal_groups", "max |gradient| (inf for NaN) with rewards equal within each group "
+              "(0, 1, 2, 3)",
               "a group of equal rewards carries no signal: its advantages must be exactly 0 (and never NaN).", 0.0),
-        _case("no_grad_into_advantages", _BATCH + ", reference model, kl_in_reward = 0.1; measured: "
-              "record.advantages[0].requires_grad (1 = True)",
+        _case("no_grad_into_advantages", "record.advantages[0].requires_grad (1 = True) with a reference model, "
+              "kl_in_reward = 0.1",
               "the advantage must be a constant: compute the KL-shaped reward from the rollout's log-probs "
               "without a graph.", 0.0),
-        _case("advantages_fixed_across_inner_steps", _BATCH + ", kl_in_reward = 0.1, num_iterations = 2, Adam "
-              "lr 1e-2; measured: max |advantages at inner step 2 − at inner step 1|",
+        _case("advantages_fixed_across_inner_steps", "max |advantages at inner step 2 − at inner step 1| with "
+              "kl_in_reward = 0.1, num_iterations = 2, Adam lr 1e-2",
               "compute the advantages once per batch, from the rollout, before the inner loop.", 0.0),
     ],
     wrong_answers=[
@@ -147,8 +143,8 @@ OLD_LOGPROBS = Item(
     exercise="07", number=4, function="grpo_step", title="π_old is the rollout's policy",
     reference=reference_step,
     cases=[
-        _case("old_logp_is_rollout_policy", _BATCH + ", num_iterations = 2, Adam lr 1e-2; measured: "
-              "max |old log-probs at inner step 2 − at inner step 1|",
+        _case("old_logp_is_rollout_policy", "max |old log-probs at inner step 2 − at inner step 1| with "
+              "num_iterations = 2, Adam lr 1e-2",
               "snapshot the old log-probs once, before the first optimizer step, and keep them for every inner "
               "step.", 0.0),
     ],
@@ -169,8 +165,8 @@ def ratio_by_design() -> set[str]:
     return {"mu_gt_1", "minibatches"}
 
 
-def _sorted_answer(f):
-    answer = f()
+def _sorted_answer(f, inputs):
+    answer = inputs(f)
     if not isinstance(answer, (set, frozenset, list, tuple)):
         raise TypeError(f"return a set of cause names, got {type(answer).__name__}")
     unknown = set(answer) - set(RATIO_CAUSES)
@@ -182,7 +178,9 @@ def _sorted_answer(f):
 BY_DESIGN = Item(
     exercise="07", number=5, function="ratio_by_design", title="which ratio deviations are by design",
     reference=ratio_by_design,
-    cases=[Case("the set of causes that are expected by design", f"choose among {RATIO_CAUSES}", _sorted_answer,
+    cases=[Case("the set of causes that are expected by design",
+                call=Call(_sorted_answer, f"called with no arguments; compared: the returned set of causes (sorted), "
+                                               f"chosen from {RATIO_CAUSES}"),
                 hint="a deviation is by design when the objective accounts for it: the policy moved between the "
                      "snapshot of π_old and the update, on purpose.")],
     wrong_answers=[
@@ -223,67 +221,44 @@ def tis_weights(trainer_logp, sampler_logp, mask, cap=3.0):
     return torch.where(mask.bool(), w, torch.zeros_like(w))
 
 
-def _tis_inverted(t, s, m, cap=3.0):
-    w = torch.exp(s - t).clamp(max=cap)
-    return torch.where(m.bool(), w, torch.zeros_like(w)).detach()
+def _weights_and_grad_flag(f, inputs):
+    inputs["trainer_logp"].requires_grad_(True)
+    w = inputs(f)
+    return {"weights": w.detach(), "requires_grad": bool(w.requires_grad)}
 
 
-def _tis_no_cap(t, s, m, cap=3.0):
-    return torch.where(m.bool(), torch.exp(t - s), torch.zeros_like(t)).detach()
-
-
-def _tis_clamp_both(t, s, m, cap=3.0):
-    w = torch.exp(t - s).clamp(1 / cap, cap)
-    return torch.where(m.bool(), w, torch.zeros_like(w)).detach()
-
-
-def _tis_no_mask(t, s, m, cap=3.0):
-    return torch.exp(t - s).clamp(max=cap).detach()
-
-
-def _tis_attached(t, s, m, cap=3.0):
-    w = torch.exp(t - s).clamp(max=cap)
-    return torch.where(m.bool(), w, torch.zeros_like(w))
-
-
-def _tis_case(trainer, sampler, mask, cap=3.0):
-    def run(f):
-        t = torch.tensor(trainer, dtype=torch.float64, requires_grad=True)
-        w = f(t, torch.tensor(sampler, dtype=torch.float64), torch.tensor(mask), cap)
-        return {"weights": w.detach(), "requires_grad": bool(w.requires_grad)}
-    return run
-
-
-_T = [[-1.0, -0.5, -2.0, -0.3], [-0.2, -3.0, -1.0, -1.5]]
-_S = [[-1.2, -0.5, -0.4, -2.0], [-0.9, -0.1, -1.0, -1.0]]
-_M = [[1, 1, 1, 1], [1, 1, 1, 0]]
+_tis = partial(checked_by, tis_weights)  # a typical mistake: refuses what the reference refuses, then errs
+_GRAD_FLAG = Call(_weights_and_grad_flag, "with trainer_logp requiring grad; compared: the weights and whether "
+                                          "they require grad")
+_HAND = (f64([[-1.0, -0.5, -2.0, -0.3], [-0.2, -3.0, -1.0, -1.5]]),
+         f64([[-1.2, -0.5, -0.4, -2.0], [-0.9, -0.1, -1.0, -1.0]]), torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]))
 
 TIS = Item(
     exercise="07", number=6, function="tis_weights", title="truncated importance-sampling weights",
     reference=tis_weights,
     cases=[
-        Case("a hand-sized batch, cap 3", f"trainer_logp={_T}, sampler_logp={_S}, mask={_M}, cap=3.0 (float64); "
-             "compared: the weights and whether they require grad", _tis_case(_T, _S, _M)),
-        Case("cap 1.5", "the same batch, cap=1.5", _tis_case(_T, _S, _M, 1.5)),
-        Case("no mismatch: every weight is 1", "trainer_logp = sampler_logp = [[-1, -2, -0.5]], mask all 1",
-             _tis_case([[-1.0, -2.0, -0.5]], [[-1.0, -2.0, -0.5]], [[1, 1, 1]])),
-        Case("shapes that disagree are refused", "trainer_logp [1, 3], sampler_logp [1, 2]",
-             lambda f: f(torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3), 3.0),
+        Case("a hand-sized batch, cap 3", (*_HAND, 3.0), call=_GRAD_FLAG),
+        Case("cap 1.5", (*_HAND, 1.5), call=_GRAD_FLAG),
+        Case("no mismatch: every weight is 1", (f64([[-1.0, -2.0, -0.5]]), f64([[-1.0, -2.0, -0.5]]),
+                                                torch.tensor([[1, 1, 1]]), 3.0), call=_GRAD_FLAG),
+        Case("shapes that disagree are refused", (torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3), 3.0),
              hint="raise ValueError when the three tensors do not have the same shape."),
     ],
     wrong_answers=[
-        WrongAnswer("inverted", checked_by(tis_weights, _tis_inverted),
+        WrongAnswer("inverted", _tis(lambda t, s, m, cap=3.0: tis_weights(s, t, m, cap)),
                     "the weight re-weights the sampler's samples toward the trainer's policy: "
                     "π_trainer / π_sampler = exp(trainer_logp − sampler_logp), not the other way round."),
-        WrongAnswer("no cap", checked_by(tis_weights, _tis_no_cap),
+        WrongAnswer("no cap", _tis(lambda t, s, m, cap=3.0: tis_weights(t, s, m, float("inf"))),
                     "truncate: min(weight, cap) — a token the sampler almost never emits would otherwise carry a "
                     "huge weight (the variance that TIS exists to bound)."),
-        WrongAnswer("clamped from below", checked_by(tis_weights, _tis_clamp_both),
+        WrongAnswer("clamped from below",
+                    _tis(lambda t, s, m, cap=3.0: tis_weights(t, s, m, cap).clamp(min=1 / cap) * m),
                     "truncated IS caps the weight from above only: min(w, cap). Raising small weights would "
                     "over-count tokens the trainer finds unlikely."),
-        WrongAnswer("mask ignored", checked_by(tis_weights, _tis_no_mask),
+        WrongAnswer("mask ignored", _tis(lambda t, s, m, cap=3.0: tis_weights(t, s, torch.ones_like(m), cap)),
                     "set the weights of masked positions (after the EOS) to 0."),
-        WrongAnswer("not detached", checked_by(tis_weights, _tis_attached),
+        WrongAnswer("not detached",
+                    _tis(lambda t, s, m, cap=3.0: torch.where(m.bool(), (t - s).exp().clamp(max=cap), 0.0)),
                     "detach the weights: they are a fixed correction factor, not something to differentiate "
                     "(a gradient through them changes the estimator)."),
     ],

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 
-from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.course.grading.core import (Case, Item, Made, Spread, WrongAnswer, checked_by, f64, grads, randn,
+                                          with_ratios)
 
 TITLE = "GRPO for diffusion"
 
@@ -41,87 +43,63 @@ def gaussian_step_logprob(x_prev, mean, std, reduction="mean"):
     return _reduce(per_pixel, reduction)
 
 
-def _lp_no_constant(x_prev, mean, std, reduction="mean"):
+def _lp_variant(x_prev, mean, std, reduction="mean", *, std_as_variance=False, constant="½ log 2πσ²"):
+    """The step log-prob with one thing done wrong (each wrong answer below switches one knob)."""
     s = _rows(std, x_prev)
-    return _reduce(-((x_prev - mean) ** 2) / (2 * s**2), reduction)
+    var = s if std_as_variance else s**2
+    const = {"½ log 2πσ²": 0.5 * torch.log(2 * math.pi * var), "none": 0.0,
+             "log σ²": torch.log(var) + 0.5 * math.log(2 * math.pi)}[constant]
+    return _reduce(-((x_prev - mean) ** 2) / (2 * var) - const, reduction)
 
 
-def _lp_std_as_variance(x_prev, mean, std, reduction="mean"):
-    s = _rows(std, x_prev)
-    return _reduce(-((x_prev - mean) ** 2) / (2 * s) - 0.5 * torch.log(2 * math.pi * s), reduction)
+_lp_mistake = partial(checked_by, gaussian_step_logprob)  # refuses what the reference refuses, then errs
 
 
-def _lp_log_variance(x_prev, mean, std, reduction="mean"):
-    s = _rows(std, x_prev)
-    return _reduce(-((x_prev - mean) ** 2) / (2 * s**2) - torch.log(s**2) - 0.5 * math.log(2 * math.pi), reduction)
-
-
-def _lp_swapped_reduction(x_prev, mean, std, reduction="mean"):
-    return gaussian_step_logprob(x_prev, mean, std, "sum" if reduction == "mean" else "mean")
-
-
-def _lp_negated(x_prev, mean, std, reduction="mean"):
-    return -gaussian_step_logprob(x_prev, mean, std, reduction)
-
-
-def _step_batch(seed, B=3, C=1, H=4, W=4, stds=None):
+def step_batch(seed: int, B: int = 3, C: int = 1, H: int = 4, W: int = 4, stds=None):
+    """Random float64 (x_prev, mean, std): mean ~ N(0, 1) of shape [B, C, H, W], one σ per row (``stds``, or
+    uniform in [0.05, 0.85]), and x_prev = mean + σ·noise."""
     g = torch.Generator().manual_seed(seed)
     mean = torch.randn(B, C, H, W, generator=g, dtype=torch.float64)
-    std = torch.tensor(stds, dtype=torch.float64) if stds is not None else \
-        torch.rand(B, generator=g, dtype=torch.float64) * 0.8 + 0.05
+    std = f64(stds) if stds is not None else torch.rand(B, generator=g, dtype=torch.float64) * 0.8 + 0.05
     x_prev = mean + _rows(std, mean) * torch.randn(B, C, H, W, generator=g, dtype=torch.float64)
     return x_prev, mean, std
 
 
-def _lp_case(seed, reduction=None, **kw):
-    def run(f):
-        x, m, s = _step_batch(seed, **kw)
-        return f(x, m, s) if reduction is None else f(x, m, s, reduction=reduction)
-    return run
-
-
-def _lp_hand(f):
-    # one row, 2 pixels: x − μ = (0.5, −1.0), σ = 0.5 → per pixel −½·(1)² − log 0.5 − ½ log 2π and −½·(2)² − …
-    x = torch.tensor([[[[0.5, -1.0]]]], dtype=torch.float64)
-    return f(x, torch.zeros_like(x), torch.tensor([0.5], dtype=torch.float64), reduction="sum")
-
-
-def _lp_zero_std(f):
-    x, m, _ = _step_batch(0)
-    return f(x, m, torch.tensor([0.3, 0.0, 0.2], dtype=torch.float64))
-
+_STDS = [0.1, 0.5, 1.0]
 
 LP_CASES = [
-    Case("by hand: x − μ = (0.5, −1.0), σ = 0.5, summed", "x_prev [[[[0.5, -1.0]]]], mean 0, std [0.5], reduction='sum' "
-         "→ −0.5·(1² + 2²) − 2·log 0.5 − log 2π", _lp_hand),
-    Case("three rows, three σ's, mean over pixels", "x_prev, mean [3, 1, 4, 4] (seed 0), std [0.1, 0.5, 1.0]",
-         _lp_case(0, stds=[0.1, 0.5, 1.0])),
-    Case("the same batch summed over pixels", "as above, reduction='sum'", _lp_case(0, "sum", stds=[0.1, 0.5, 1.0])),
-    Case("a σ of 0 is refused with a ValueError", "std [0.3, 0.0, 0.2]", _lp_zero_std,
+    Case("by hand: x − μ = (0.5, −1.0), σ = 0.5, summed: −0.5·(1² + 2²) − 2·log 0.5 − log 2π",
+         (f64([[[[0.5, -1.0]]]]), f64([[[[0.0, 0.0]]]]), f64([0.5])), {"reduction": "sum"}),
+    Case("three rows, three σ's, mean over pixels", (Spread(step_batch, 0, stds=_STDS),)),
+    Case("the same batch summed over pixels", (Spread(step_batch, 0, stds=_STDS),), {"reduction": "sum"}),
+    Case("a σ of 0 is refused with a ValueError",
+         (Made(randn, 3, 1, 4, 4, seed=0), Made(randn, 3, 1, 4, 4, seed=1), f64([0.3, 0.0, 0.2])),
          hint="raise ValueError when a σ is <= 0: a deterministic step has no density (the log-prob would be ±inf/NaN)."),
-    Case("two channels, 6×6, mean", "x_prev, mean [4, 2, 6, 6] (seed 1), random σ in [0.05, 0.85]",
-         _lp_case(1, B=4, C=2, H=6, W=6), quick=False, rtol=1e-9, atol=1e-12),
-    Case("small σ (the last steps of a chain), sum", "[5, 1, 8, 8] (seed 2), σ = 0.01 … 0.05, reduction='sum'",
-         _lp_case(2, "sum", B=5, H=8, W=8, stds=[0.01, 0.02, 0.03, 0.04, 0.05]), quick=False, rtol=1e-9, atol=1e-9),
+    Case("two channels, 6×6, mean", (Spread(step_batch, 1, B=4, C=2, H=6, W=6),), quick=False, rtol=1e-9, atol=1e-12),
+    Case("small σ (the last steps of a chain), sum",
+         (Spread(step_batch, 2, B=5, H=8, W=8, stds=[0.01, 0.02, 0.03, 0.04, 0.05]),), {"reduction": "sum"},
+         quick=False, rtol=1e-9, atol=1e-9),
 ]
 
 GAUSSIAN_STEP_LOGPROB = Item(
     exercise="09", number=1, function="gaussian_step_logprob", title="the per-step Gaussian log-prob",
     reference=gaussian_step_logprob, cases=LP_CASES,
     wrong_answers=[
-        WrongAnswer("normalising constant forgotten", checked_by(gaussian_step_logprob, _lp_no_constant),
+        WrongAnswer("normalising constant forgotten", _lp_mistake(partial(_lp_variant, constant="none")),
                     "you kept only −(x − μ)²/(2σ²). The density also has −log σ − ½ log 2π per pixel: σ differs from "
                     "step to step, so the constant does not cancel between steps (it does cancel in a ratio at the "
                     "same step, which is why this bug can hide)."),
-        WrongAnswer("std used as the variance", checked_by(gaussian_step_logprob, _lp_std_as_variance),
+        WrongAnswer("std used as the variance", _lp_mistake(partial(_lp_variant, std_as_variance=True)),
                     "`std` is the standard deviation σ, not the variance: divide (x − μ)² by 2σ², and the constant is "
                     "−log σ − ½ log 2π (= −½ log(2πσ²))."),
-        WrongAnswer("log σ² instead of log σ", checked_by(gaussian_step_logprob, _lp_log_variance),
+        WrongAnswer("log σ² instead of log σ", _lp_mistake(partial(_lp_variant, constant="log σ²")),
                     "the constant is −½ log(2πσ²) = −log σ − ½ log 2π: you wrote −log σ², twice too much."),
-        WrongAnswer("mean and sum swapped", checked_by(gaussian_step_logprob, _lp_swapped_reduction),
+        WrongAnswer("mean and sum swapped", _lp_mistake(
+                    lambda x, m, s, reduction="mean": gaussian_step_logprob(x, m, s, "sum" if reduction == "mean"
+                                                                            else "mean")),
                     "reduction='sum' adds the D per-pixel log-densities (the true log-density of the image); 'mean' "
                     "divides that by D (DDPO's choice). You have them the wrong way round."),
-        WrongAnswer("sign", checked_by(gaussian_step_logprob, _lp_negated),
+        WrongAnswer("sign", _lp_mistake(lambda *args, **kwargs: -gaussian_step_logprob(*args, **kwargs)),
                     "a log-density is −(x − μ)²/(2σ²) − log σ − ½ log 2π: you returned its negative (a negative "
                     "log-likelihood)."),
     ],
@@ -148,100 +126,73 @@ def diffusion_grpo_loss(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
     return (-_clipped(_ratio(logp, old_logp), advantages.detach().unsqueeze(1), epsilon) + beta * kl).mean()
 
 
-def _gl_unclipped(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
-    return (-_ratio(logp, old_logp) * advantages.unsqueeze(1) + beta * kl).mean()
+def _gl_variant(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0, *, clip=True, sign=-1.0, adv_axis=1,
+                pick=torch.min, ratio_per="step"):
+    """The loss over chains with one thing done wrong (each wrong answer below switches one knob)."""
+    log_ratio = logp - old_logp.detach()
+    if ratio_per == "step":
+        ratio, a = torch.exp(log_ratio), advantages.unsqueeze(adv_axis)
+    else:  # the last step only, or one ratio for the whole chain
+        ratio, a = torch.exp(log_ratio[:, -1] if ratio_per == "last step" else log_ratio.sum(1)), advantages
+    objective = _clipped(ratio, a, epsilon, pick) if clip else ratio * a
+    return (sign * objective).mean() + beta * kl.mean()
 
 
-def _gl_sign(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
-    return (_clipped(_ratio(logp, old_logp), advantages.unsqueeze(1), epsilon) + beta * kl).mean()
+_gl_mistake = partial(checked_by, diffusion_grpo_loss)
 
 
-def _gl_wrong_axis(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
-    # broadcast along the steps axis instead of the chains axis
-    return (-_clipped(_ratio(logp, old_logp), advantages.unsqueeze(0), epsilon) + beta * kl).mean()
-
-
-def _gl_last_step_only(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
-    return -_clipped(_ratio(logp, old_logp)[:, -1], advantages, epsilon).mean() + beta * kl.mean()
-
-
-def _gl_chain_logprob(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
-    ratio = torch.exp((logp - old_logp.detach()).sum(1))  # one ratio for the whole chain
-    return -_clipped(ratio, advantages, epsilon).mean() + beta * kl.mean()
-
-
-def _gl_max(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
-    return (-_clipped(_ratio(logp, old_logp), advantages.unsqueeze(1), epsilon, torch.max) + beta * kl).mean()
-
-
-def _loss_grad(f, logp, old, adv, kl, **kw):
-    logp = logp.clone().requires_grad_(True)
-    loss = f(logp, old, adv, kl, **kw)
-    loss.backward()
-    return {"loss": loss.detach(), "grad": logp.grad if logp.grad is not None else torch.zeros_like(logp)}
-
-
-def _chains(seed, B=4, K=5, spread=0.3):
+def chains(seed: int, B: int = 4, K: int = 5, spread: float = 0.3, on_policy: bool = False):
+    """Random float64 (logp, old_logp, advantages, kl) for B chains of K steps: log-ratios ~ N(0, spread²)
+    (0 with ``on_policy``), one advantage per chain, per-step KL in [0, 0.1]."""
     g = torch.Generator().manual_seed(seed)
     old = -torch.rand(B, K, generator=g, dtype=torch.float64) * 2 - 0.5
     logp = old + torch.randn(B, K, generator=g, dtype=torch.float64) * spread
     adv = torch.randn(B, generator=g, dtype=torch.float64)
     kl = torch.rand(B, K, generator=g, dtype=torch.float64) * 0.1
-    return logp, old, adv, kl
+    return logp, logp.clone() if on_policy else old, adv, kl
 
 
 # 2 chains × 3 steps; ratios ρ: chain 0 (A = +1): 1.5, 1.0, 0.5; chain 1 (A = −1): 0.5, 1.1, 1.0
-_H_OLD = torch.tensor([[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.7]], dtype=torch.float64)
-_H_LOGP = _H_OLD + torch.log(torch.tensor([[1.5, 1.0, 0.5], [0.5, 1.1, 1.0]], dtype=torch.float64))
-_H_ADV = torch.tensor([1.0, -1.0], dtype=torch.float64)
-_H_KL = torch.tensor([[0.0, 0.1, 0.2], [0.3, 0.0, 0.1]], dtype=torch.float64)
-
-
-def _gl_bad_adv(f):
-    return f(_H_LOGP, _H_OLD, torch.ones(3, dtype=torch.float64), _H_KL)
-
+_H_RATIOS = Spread(with_ratios, f64([[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.7]]),
+                   ratios=[[1.5, 1.0, 0.5], [0.5, 1.1, 1.0]])
+_H_KL = f64([[0.0, 0.1, 0.2], [0.3, 0.0, 0.1]])
 
 GL_CASES = [
-    Case("by hand: 2 chains × 3 steps, ratios 1.5, 1.0, 0.5 (A = +1) and 0.5, 1.1, 1.0 (A = −1)",
-         "logp = old + log ρ, old = [[-1, -0.5, -2], [-0.3, -1.2, -0.7]], advantages [1, -1], kl = [[0, .1, .2], [.3, 0, .1]], "
-         "epsilon=0.2, beta=0; compared: the loss and d loss / d logp",
-         lambda f: _loss_grad(f, _H_LOGP, _H_OLD, _H_ADV, _H_KL)),
-    Case("the same with beta = 0.5 (the KL term added per step)", "as above, beta=0.5",
-         lambda f: _loss_grad(f, _H_LOGP, _H_OLD, _H_ADV, _H_KL, beta=0.5)),
+    Case("by hand: 2 chains × 3 steps, A = +1 and −1", (_H_RATIOS, f64([1.0, -1.0]), _H_KL), call=grads("logp")),
+    Case("the same with beta = 0.5 (the KL term added per step)", (_H_RATIOS, f64([1.0, -1.0]), _H_KL), {"beta": 0.5},
+         call=grads("logp")),
     Case("a square batch (4 chains × 4 steps): each chain's advantage goes to all its steps",
-         "random float64 logp, old [4, 4] (seed 1), advantages [4], kl [4, 4], epsilon=0.2",
-         lambda f: _loss_grad(f, *_chains(1, B=4, K=4))),
+         (Spread(chains, 1, B=4, K=4),), call=grads("logp")),
     Case("μ = 1 (old_logp = logp): ratio 1 everywhere, gradient −A/(B·K)",
-         "random [3, 6] (seed 2) with old_logp = logp", lambda f: _loss_grad(
-             f, _chains(2, B=3, K=6)[0], _chains(2, B=3, K=6)[0].clone(), *_chains(2, B=3, K=6)[2:])),
-    Case("advantages of the wrong shape are refused with a ValueError", "logp [2, 3], advantages [3]", _gl_bad_adv,
+         (Spread(chains, 2, B=3, K=6, on_policy=True),),
+         call=grads("logp")),
+    Case("advantages of the wrong shape are refused with a ValueError", (_H_RATIOS, f64([1.0, 1.0, 1.0]), _H_KL),
          hint="raise ValueError unless advantages is [B] (one per chain): a silent broadcast would pair chains "
               "with the wrong advantages."),
-    Case("small ε (DDPO's 1e-4 scale) and larger ratios", "random [6, 10] (seed 3), log-ratio spread 0.5, epsilon=1e-3, beta=0.1",
-         lambda f: _loss_grad(f, *_chains(3, B=6, K=10, spread=0.5), epsilon=1e-3, beta=0.1),
-         quick=False, rtol=1e-9, atol=1e-12),
+    Case("small ε (DDPO's 1e-4 scale) and larger ratios", (Spread(chains, 3, B=6, K=10, spread=0.5),),
+         {"epsilon": 1e-3, "beta": 0.1}, call=grads("logp"), quick=False, rtol=1e-9, atol=1e-12),
 ]
 
 DIFFUSION_GRPO_LOSS = Item(
     exercise="09", number=2, function="diffusion_grpo_loss", title="the GRPO loss over recorded chains",
     reference=diffusion_grpo_loss, cases=GL_CASES,
     wrong_answers=[
-        WrongAnswer("unclipped ratio", checked_by(diffusion_grpo_loss, _gl_unclipped),
+        WrongAnswer("unclipped ratio", _gl_mistake(partial(_gl_variant, clip=False)),
                     "you used ρ·A alone. Take −min(ρ·A, clip(ρ, 1 − ε, 1 + ε)·A): without the clip nothing stops a "
                     "minibatch from moving the policy far from the one that sampled the chains."),
-        WrongAnswer("sign", checked_by(diffusion_grpo_loss, _gl_sign),
+        WrongAnswer("sign", _gl_mistake(partial(_gl_variant, sign=1.0)),
                     "the loss is the *negative* of the clipped objective (we minimise it to maximise the reward); "
                     "the KL term keeps its + sign."),
-        WrongAnswer("advantages on the wrong axis", checked_by(diffusion_grpo_loss, _gl_wrong_axis),
+        WrongAnswer("advantages on the wrong axis", _gl_mistake(partial(_gl_variant, adv_axis=0)),
                     "advantages is [B], one per chain; broadcast it over the K steps of its chain with "
                     "advantages[:, None] (advantages[None, :] pairs step k with chain k's advantage)."),
-        WrongAnswer("only the last step", checked_by(diffusion_grpo_loss, _gl_last_step_only),
+        WrongAnswer("only the last step", _gl_mistake(partial(_gl_variant, ratio_per="last step")),
                     "every step of a chain is an action that led to the final image, so every step gets the chain's "
                     "advantage: the loss is a mean over all (chain, step) pairs, not only the final step."),
-        WrongAnswer("one ratio per chain", checked_by(diffusion_grpo_loss, _gl_chain_logprob),
+        WrongAnswer("one ratio per chain", _gl_mistake(partial(_gl_variant, ratio_per="chain")),
                     "the ratio is per step, ρ_k = exp(logp_k − old_k), clipped one step at a time; the product over "
                     "the whole chain explodes or vanishes and would be clipped almost always."),
-        WrongAnswer("max instead of min", checked_by(diffusion_grpo_loss, _gl_max),
+        WrongAnswer("max instead of min", _gl_mistake(partial(_gl_variant, pick=torch.max)),
                     "take the *min* of ρ·A and clip(ρ)·A (the pessimistic bound) before negating it."),
     ],
 )

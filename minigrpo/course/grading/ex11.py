@@ -7,13 +7,15 @@ clipped_surrogate_loss, gae, kv_cache_bytes); each typical mistake is written as
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 
 from minigrpo.advantages import gae as package_gae
 from minigrpo.advantages import group_advantages as package_group_advantages
 from minigrpo.attention import kv_cache_bytes as package_kv_cache_bytes
 from minigrpo.course.grading import ex05
-from minigrpo.course.grading.core import Case, Item, WrongAnswer, checked_by
+from minigrpo.course.grading.core import Case, Item, Spread, WrongAnswer, checked_by
 from minigrpo.losses import clipped_surrogate_loss
 
 TITLE = "interview quiz"
@@ -35,13 +37,12 @@ def _one_group(mistake):
 
 
 GA_CASES = [
-    Case("rewards 85, 92, 70", "rewards=[85, 92, 70]", lambda f: f([85.0, 92.0, 70.0])),
-    Case("pass/fail rewards, one success in four", "rewards=[1, 0, 0, 0]", lambda f: f([1.0, 0.0, 0.0, 0.0])),
-    Case("an all-equal group gets exactly 0 (no NaN)", "rewards=[1, 1, 1, 1]", lambda f: f([1.0, 1.0, 1.0, 1.0])),
-    Case("one reward is not a group: a ValueError", "rewards=[0.5]", lambda f: f([0.5]),
+    Case("rewards 85, 92, 70", ([85.0, 92.0, 70.0],)),
+    Case("pass/fail rewards, one success in four", ([1.0, 0.0, 0.0, 0.0],)),
+    Case("an all-equal group gets exactly 0 (no NaN)", ([1.0, 1.0, 1.0, 1.0],)),
+    Case("one reward is not a group: a ValueError", ([0.5],),
          hint="raise ValueError for fewer than 2 rewards: a group needs a mean of the others to compare with."),
-    Case("six scores", "rewards=[0.2, 0.9, 0.4, 0.4, 0.1, 0.7]", lambda f: f([0.2, 0.9, 0.4, 0.4, 0.1, 0.7]),
-         quick=False, rtol=1e-9, atol=1e-12),
+    Case("six scores", ([0.2, 0.9, 0.4, 0.4, 0.1, 0.7],), quick=False, rtol=1e-9, atol=1e-12),
 ]
 
 GROUP_ADVANTAGES = Item(
@@ -94,36 +95,21 @@ def _co_max(ratio, advantage, epsilon=0.2):
     return {"objective": max(unclipped, clipped), "slope": advantage if unclipped >= clipped else 0.0}
 
 
-def _co_loss_sign(ratio, advantage, epsilon=0.2):
-    ref = clipped_objective(ratio, advantage, epsilon)
-    return {"objective": -ref["objective"], "slope": -ref["slope"]}
-
-
-def _co_slope_ignores_clip(ratio, advantage, epsilon=0.2):
-    return {"objective": clipped_objective(ratio, advantage, epsilon)["objective"], "slope": float(advantage)}
-
-
-def _co_slope_wrt_logp(ratio, advantage, epsilon=0.2):
-    ref = clipped_objective(ratio, advantage, epsilon)
-    return {"objective": ref["objective"], "slope": ratio * ref["slope"]}
-
-
-def _co(ratio, advantage, **kw):
-    return lambda f: f(ratio, advantage, **kw)
+def _co_changed(change):
+    """A mistake: the reference's objective and slope, changed by ``change(reference result, ratio, advantage)``."""
+    return lambda ratio, advantage, epsilon=0.2: change(clipped_objective(ratio, advantage, epsilon), ratio, advantage)
 
 
 CO_CASES = [
-    Case("ρ = 1.5, A = +2: a good action already pushed past 1 + ε", "ratio=1.5, advantage=2.0", _co(1.5, 2.0)),
-    Case("ρ = 0.5, A = +2: a good action made less likely", "ratio=0.5, advantage=2.0", _co(0.5, 2.0)),
-    Case("ρ = 1.5, A = −1: a bad action made more likely", "ratio=1.5, advantage=-1.0", _co(1.5, -1.0)),
-    Case("ρ = 0.5, A = −1: a bad action already pushed below 1 − ε", "ratio=0.5, advantage=-1.0", _co(0.5, -1.0)),
-    Case("ρ = 1.1, A = +3: inside the clip range", "ratio=1.1, advantage=3.0", _co(1.1, 3.0)),
-    Case("a non-positive ratio is refused with a ValueError", "ratio=-0.5, advantage=1.0", _co(-0.5, 1.0),
+    Case("ρ = 1.5, A = +2: a good action already pushed past 1 + ε", (1.5, 2.0)),
+    Case("ρ = 0.5, A = +2: a good action made less likely", (0.5, 2.0)),
+    Case("ρ = 1.5, A = −1: a bad action made more likely", (1.5, -1.0)),
+    Case("ρ = 0.5, A = −1: a bad action already pushed below 1 − ε", (0.5, -1.0)),
+    Case("ρ = 1.1, A = +3: inside the clip range", (1.1, 3.0)),
+    Case("a non-positive ratio is refused with a ValueError", (-0.5, 1.0),
          hint="raise ValueError when ratio <= 0: a ratio of two probabilities is positive."),
-    Case("ε = 0.1: ρ = 0.7, A = −2", "ratio=0.7, advantage=-2.0, epsilon=0.1", _co(0.7, -2.0, epsilon=0.1),
-         quick=False),
-    Case("ε = 0.3: ρ = 1.25, A = +0.5 (inside)", "ratio=1.25, advantage=0.5, epsilon=0.3", _co(1.25, 0.5, epsilon=0.3),
-         quick=False),
+    Case("ε = 0.1: ρ = 0.7, A = −2", (0.7, -2.0), {"epsilon": 0.1}, quick=False),
+    Case("ε = 0.3: ρ = 1.25, A = +0.5 (inside)", (1.25, 0.5), {"epsilon": 0.3}, quick=False),
 ]
 
 CLIPPED_OBJECTIVE = Item(
@@ -136,12 +122,13 @@ CLIPPED_OBJECTIVE = Item(
         WrongAnswer("max instead of min", checked_by(clipped_objective, _co_max),
                     "use the min: the clipped objective is pessimistic. With max you clip the wrong side: the harmful "
                     "moves (A > 0 with ρ < 1 − ε, A < 0 with ρ > 1 + ε) lose their gradient and the helpful ones keep it."),
-        WrongAnswer("loss instead of objective", checked_by(clipped_objective, _co_loss_sign),
+        WrongAnswer("loss instead of objective", _co_changed(lambda ref, ratio, adv: {k: -v for k, v in ref.items()}),
                     "return the objective to maximise, min(ρA, clip(ρ)A), not the loss (its negative), and the "
                     "objective's slope."),
-        WrongAnswer("slope ignores the clip", checked_by(clipped_objective, _co_slope_ignores_clip),
+        WrongAnswer("slope ignores the clip", _co_changed(lambda ref, ratio, adv: {**ref, "slope": float(adv)}),
                     "where the clipped term is the smaller one the objective is flat in ρ: the slope is 0 there, not A."),
-        WrongAnswer("slope with respect to log π", checked_by(clipped_objective, _co_slope_wrt_logp),
+        WrongAnswer("slope with respect to log π",
+                    _co_changed(lambda ref, ratio, adv: {**ref, "slope": ratio * ref["slope"]}),
                     "the slope asked for is d objective / d ρ (A or 0); ρ·A is the derivative with respect to log π_θ."),
     ],
 )
@@ -162,82 +149,48 @@ def gae_segment(rewards, values, last_value, gamma, lam, terminated):
     return package_gae(r, v, next_values, done, torch.zeros_like(r), gamma, lam)
 
 
-def _gae_loop(rewards, values, last_value, gamma, lam, terminated, *, bootstrap_end=None, decay=None,
-              plus_values=False):
-    r, v = [float(x) for x in rewards], [float(x) for x in values]
-    nxt = v[1:] + [0.0 if (terminated if bootstrap_end is None else not bootstrap_end) else float(last_value)]
-    adv, running = [0.0] * len(r), 0.0
-    for t in reversed(range(len(r))):
-        delta = r[t] + gamma * nxt[t] - v[t]
-        running = delta + (gamma * lam if decay is None else decay(gamma, lam)) * running
-        adv[t] = running
-    out = torch.tensor(adv, dtype=torch.float64)
-    return out + torch.tensor(v, dtype=torch.float64) if plus_values else out
+_seg = partial(checked_by, gae_segment)  # a typical mistake: refuses what the reference refuses, then errs
 
 
-def _gae_no_bootstrap(*a):
-    return _gae_loop(*a, bootstrap_end=False)
-
-
-def _gae_bootstrap_terminal(*a):
-    return _gae_loop(*a, bootstrap_end=True)
-
-
-def _gae_gamma_only(*a):
-    return _gae_loop(*a, decay=lambda gamma, lam: gamma)
-
-
-def _gae_lambda_only(*a):
-    return _gae_loop(*a, decay=lambda gamma, lam: lam)
-
-
-def _gae_returns(*a):
-    return _gae_loop(*a, plus_values=True)
-
-
-def _seg(rewards, values, last_value, gamma, lam, terminated):
-    return lambda f: f(list(rewards), list(values), last_value, gamma, lam, terminated)
-
-
-def _random_segment(seed, T=12, terminated=False):
+def random_segment(seed: int, T: int = 12):
+    """(rewards, values): two lists of T standard-normal floats."""
     g = torch.Generator().manual_seed(seed)
-    r = (torch.randn(T, generator=g, dtype=torch.float64)).tolist()
-    v = (torch.randn(T, generator=g, dtype=torch.float64)).tolist()
-    return _seg(r, v, 0.7, 0.97, 0.9, terminated)
+    return [torch.randn(T, generator=g, dtype=torch.float64).tolist() for _ in range(2)]
 
 
-_ROLLOUT_CUT = "rewards=[1, 0, 2], values=[0.5, 1.0, 1.5], last_value=2.0, gamma=0.9, lam=0.8"
 GAE_CASES = [
-    Case("the rollout was cut after step 3 (bootstrap from V = 2)", _ROLLOUT_CUT + ", terminated=False",
-         _seg([1.0, 0.0, 2.0], [0.5, 1.0, 1.5], 2.0, 0.9, 0.8, False)),
-    Case("the episode ended at step 3 (nothing to bootstrap)", _ROLLOUT_CUT + ", terminated=True",
-         _seg([1.0, 0.0, 2.0], [0.5, 1.0, 1.5], 2.0, 0.9, 0.8, True)),
-    Case("λ = 1: discounted return minus V", "rewards=[0, 0, 1, 0], values=[0.2, 0.4, 0.6, 0.3], last_value=0.5, "
-         "gamma=0.95, lam=1.0, terminated=False", _seg([0.0, 0.0, 1.0, 0.0], [0.2, 0.4, 0.6, 0.3], 0.5, 0.95, 1.0, False)),
+    Case("the rollout was cut after step 3 (bootstrap from V = 2)",
+         ([1.0, 0.0, 2.0], [0.5, 1.0, 1.5], 2.0, 0.9, 0.8, False)),
+    Case("the episode ended at step 3 (nothing to bootstrap)", ([1.0, 0.0, 2.0], [0.5, 1.0, 1.5], 2.0, 0.9, 0.8, True)),
+    Case("λ = 1: discounted return minus V", ([0.0, 0.0, 1.0, 0.0], [0.2, 0.4, 0.6, 0.3], 0.5, 0.95, 1.0, False)),
     Case("rewards and values of different lengths are refused with a ValueError",
-         "rewards=[1, 0], values=[0.5], last_value=0.0, gamma=0.9, lam=0.9, terminated=False",
-         _seg([1.0, 0.0], [0.5], 0.0, 0.9, 0.9, False),
+         ([1.0, 0.0], [0.5], 0.0, 0.9, 0.9, False),
          hint="raise ValueError when rewards and values differ in length: each step needs its own V(s_t)."),
-    Case("a 12-step random segment, cut", "random float64 rewards and values (seed 3), last_value=0.7, gamma=0.97, "
-         "lam=0.9, terminated=False", _random_segment(3), quick=False, rtol=1e-9, atol=1e-12),
-    Case("a 12-step random segment, terminated", "random float64 rewards and values (seed 4), last_value=0.7, "
-         "gamma=0.97, lam=0.9, terminated=True", _random_segment(4, terminated=True), quick=False, rtol=1e-9, atol=1e-12),
+    Case("a 12-step random segment, cut", (Spread(random_segment, 3), 0.7, 0.97, 0.9, False), quick=False,
+         rtol=1e-9, atol=1e-12),
+    Case("a 12-step random segment, terminated", (Spread(random_segment, 4), 0.7, 0.97, 0.9, True), quick=False,
+         rtol=1e-9, atol=1e-12),
 ]
 
 GAE_SEGMENT = Item(
     exercise="11", number=3, function="gae_segment", title="GAE of one rollout segment",
     reference=gae_segment, cases=GAE_CASES,
     wrong_answers=[
-        WrongAnswer("forgot the bootstrap", checked_by(gae_segment, _gae_no_bootstrap),
+        WrongAnswer("forgot the bootstrap",
+                    _seg(lambda r, v, last, gamma, lam, term: gae_segment(r, v, last, gamma, lam, True)),
                     "when the rollout was only cut (terminated=False) the last step must bootstrap: "
                     "δ = r + γ·last_value − V. Treating the cut as the end of the episode biases the last advantages down."),
-        WrongAnswer("bootstrapped a terminal state", checked_by(gae_segment, _gae_bootstrap_terminal),
+        WrongAnswer("bootstrapped a terminal state",
+                    _seg(lambda r, v, last, gamma, lam, term: gae_segment(r, v, last, gamma, lam, False)),
                     "after a real termination there is no future: the last δ is r − V, with no γ·last_value term."),
-        WrongAnswer("γ instead of γλ", checked_by(gae_segment, _gae_gamma_only),
+        WrongAnswer("γ instead of γλ",
+                    _seg(lambda r, v, last, gamma, lam, term: gae_segment(r, v, last, gamma, 1.0, term)),
                     "the recursion decays by γλ: A_t = δ_t + γλ·A_{t+1}. With γ alone you computed the λ = 1 estimate."),
-        WrongAnswer("λ instead of γλ", checked_by(gae_segment, _gae_lambda_only),
+        WrongAnswer("λ instead of γλ",
+                    _seg(lambda r, v, last, gamma, lam, term: gae_segment(r, v, last, gamma, lam / gamma, term)),
                     "the recursion decays by γλ, not λ: A_t = δ_t + γλ·A_{t+1}."),
-        WrongAnswer("returns instead of advantages", checked_by(gae_segment, _gae_returns),
+        WrongAnswer("returns instead of advantages",
+                    _seg(lambda r, v, *rest: gae_segment(r, v, *rest) + torch.tensor(v, dtype=torch.float64)),
                     "you returned A + V (the critic's regression target); the question asks for the advantages."),
     ],
 )
@@ -256,55 +209,34 @@ def kv_cache_size(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch_size, 
     return package_kv_cache_bytes(n_layers, n_kv_heads, head_dim, seq_len, batch_size, BYTES_PER_ELEMENT[dtype])
 
 
-def _kv_no_two(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch_size, dtype="bf16"):
-    return n_layers * n_kv_heads * head_dim * seq_len * batch_size * BYTES_PER_ELEMENT[dtype]
-
-
-def _kv_elements(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch_size, dtype="bf16"):
-    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch_size
-
-
-def _kv_query_heads(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch_size, dtype="bf16"):
-    return 2 * n_layers * n_heads * head_dim * seq_len * batch_size * BYTES_PER_ELEMENT[dtype]
-
-
-def _kv_bits(n_layers, n_heads, n_kv_heads, head_dim, seq_len, batch_size, dtype="bf16"):
-    return 2 * n_layers * n_kv_heads * head_dim * seq_len * batch_size * 8 * BYTES_PER_ELEMENT[dtype]
-
-
-def _kv(*args):
-    return lambda f: f(*args)
+def _kv_times(factor):
+    """A mistake that gets the KV-cache bytes wrong by ``factor(*args)`` (after the reference's refusals)."""
+    return lambda *args: kv_cache_size(*args) * factor(*args)
 
 
 KV_CASES = [
     # fp32 first: there "forgot K and V" (÷2) and "counted elements" (÷4) give different numbers.
-    Case("multi-query attention, fp32", "n_layers=32, n_heads=32, n_kv_heads=1, head_dim=128, seq_len=4096, "
-         "batch_size=8, dtype='fp32'", _kv(32, 32, 1, 128, 4096, 8, "fp32")),
-    Case("a 7B-sized model with full multi-head attention, fp16 (2 GiB)", "n_layers=32, n_heads=32, n_kv_heads=32, "
-         "head_dim=128, seq_len=4096, batch_size=1, dtype='fp16'", _kv(32, 32, 32, 128, 4096, 1, "fp16")),
-    Case("a 70B-sized model with GQA (8 KV heads), bf16", "n_layers=80, n_heads=64, n_kv_heads=8, head_dim=128, "
-         "seq_len=4096, batch_size=1, dtype='bf16'", _kv(80, 64, 8, 128, 4096, 1, "bf16")),
-    Case("n_kv_heads must divide n_heads: a ValueError", "n_layers=2, n_heads=6, n_kv_heads=4, head_dim=8, "
-         "seq_len=16, batch_size=1, dtype='bf16'", _kv(2, 6, 4, 8, 16, 1, "bf16"),
+    Case("multi-query attention, fp32", (32, 32, 1, 128, 4096, 8, "fp32")),
+    Case("a 7B-sized model with full multi-head attention, fp16 (2 GiB)", (32, 32, 32, 128, 4096, 1, "fp16")),
+    Case("a 70B-sized model with GQA (8 KV heads), bf16", (80, 64, 8, 128, 4096, 1, "bf16")),
+    Case("n_kv_heads must divide n_heads: a ValueError", (2, 6, 4, 8, 16, 1, "bf16"),
          hint="raise ValueError unless n_kv_heads divides n_heads: each KV head serves a whole group of query heads."),
-    Case("an unknown dtype: a ValueError", "n_layers=2, n_heads=4, n_kv_heads=2, head_dim=8, seq_len=16, batch_size=1, "
-         "dtype='fp64?'", _kv(2, 4, 2, 8, 16, 1, "fp64?"), quick=False),
-    Case("int8 cache, GQA with 4 groups, a batch of 16", "n_layers=28, n_heads=28, n_kv_heads=4, head_dim=128, "
-         "seq_len=32768, batch_size=16, dtype='int8'", _kv(28, 28, 4, 128, 32768, 16, "int8"), quick=False),
+    Case("an unknown dtype: a ValueError", (2, 4, 2, 8, 16, 1, "fp64?"), quick=False),
+    Case("int8 cache, GQA with 4 groups, a batch of 16", (28, 28, 4, 128, 32768, 16, "int8"), quick=False),
 ]
 
 KV_CACHE_SIZE = Item(
     exercise="11", number=4, function="kv_cache_size", title="KV-cache bytes",
     reference=kv_cache_size, cases=KV_CASES,
     wrong_answers=[
-        WrongAnswer("forgot K and V", checked_by(kv_cache_size, _kv_no_two),
+        WrongAnswer("forgot K and V", _kv_times((lambda *args: 0.5)),
                     "the cache holds keys *and* values: multiply by 2."),
-        WrongAnswer("elements, not bytes", checked_by(kv_cache_size, _kv_elements),
+        WrongAnswer("elements, not bytes", _kv_times((lambda *args: 1 / BYTES_PER_ELEMENT[args[6]])),
                     "you counted elements; multiply by the bytes per element of the dtype (fp32 4, bf16/fp16 2, "
                     "fp8/int8 1)."),
-        WrongAnswer("query heads", checked_by(kv_cache_size, _kv_query_heads),
+        WrongAnswer("query heads", _kv_times((lambda n_layers, n_heads, n_kv_heads, *rest: n_heads / n_kv_heads)),
                     "only the KV heads are cached: use n_kv_heads, not n_heads. That is the whole point of GQA and MQA."),
-        WrongAnswer("bits, not bytes", checked_by(kv_cache_size, _kv_bits),
+        WrongAnswer("bits, not bytes", _kv_times((lambda *args: 8)),
                     "you counted bits (×8); the answer is in bytes: bf16 is 2 bytes per element."),
     ],
 )
@@ -335,41 +267,22 @@ def ratio_deviations():
     return dict(_ANSWER)
 
 
-def _rd_all_mismatch():
-    return {k: "mismatch" for k in SCENARIOS}
-
-
-def _rd_dropout_design():
-    return {**_ANSWER, "e": "design"}
-
-
-def _rd_numerics_design():
-    return {**_ANSWER, "b": "design"}
-
-
-def _rd_async_mismatch():
-    return {**_ANSWER, "h": "mismatch"}
-
-
-RD_CASES = [
-    Case("scenarios a-h (SCENARIOS in minigrpo.course.grading.ex11)", "ratio_deviations() -> {'a': 'design' or "
-         "'mismatch', ..., 'h': ...}", lambda f: f()),
-]
+RD_CASES = [Case("scenarios a-h (SCENARIOS in minigrpo.course.grading.ex11): {'a': 'design' or 'mismatch', …}")]
 
 RATIO_DEVIATIONS = Item(
     exercise="11", number=5, function="ratio_deviations", title="which ratio deviations are by design",
     reference=ratio_deviations, cases=RD_CASES,
     wrong_answers=[
-        WrongAnswer("everything a mismatch", _rd_all_mismatch,
+        WrongAnswer("everything a mismatch", lambda: dict.fromkeys(SCENARIOS, "mismatch"),
                     "once the optimizer has stepped on a batch (later minibatches, a second epoch) the policy has "
                     "moved: the ratio leaves 1 by design, and the clip is there for it."),
-        WrongAnswer("dropout as design", _rd_dropout_design,
+        WrongAnswer("dropout as design", lambda: {**_ANSWER, "e": "design"},
                     "dropout in the trainer's forward pass makes it score a different (random) network than the one "
                     "that sampled: a mismatch. Compute log-probs in eval() mode."),
-        WrongAnswer("numerics as design", _rd_numerics_design,
+        WrongAnswer("numerics as design", lambda: {**_ANSWER, "b": "design"},
                     "a bf16 engine vs an fp32 trainer is a mismatch between the sampling and scoring paths, even if "
                     "small and unavoidable: correct it with (truncated) importance weights or match the numerics."),
-        WrongAnswer("planned asynchrony as mismatch", _rd_async_mismatch,
+        WrongAnswer("planned asynchrony as mismatch", lambda: {**_ANSWER, "h": "mismatch"},
                     "a deliberate one-step lag, with the sampler's log-probs used as π_old, is by design: the ratio "
                     "then measures exactly how far the trainer has moved since sampling."),
     ],

@@ -206,15 +206,12 @@ def _own_items() -> dict:
     import torch
 
     from minigrpo.attention import decode_attention, linear_attention_recurrent
-    from minigrpo.course.grading.core import Case, Item, WrongAnswer
-
-    def rand(seed, *shape):
-        return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    from minigrpo.course.grading.core import Case, Item, Made, WrongAnswer, randn
 
     def decode_case(seed, B, Hq, Hkv, L, d, dv):
-        def run(f):
-            return f(rand(seed, B, Hq, d), rand(seed + 1, B, Hkv, L, d), rand(seed + 2, B, Hkv, L, dv))
-        return run
+        """(q [B, Hq, d], k_cache [B, Hkv, L, d], v_cache [B, Hkv, L, dv]), random float64."""
+        return (Made(randn, B, Hq, d, seed=seed), Made(randn, B, Hkv, L, d, seed=seed + 1),
+                Made(randn, B, Hkv, L, dv, seed=seed + 2))
 
     def gqa_tiled(q, k, v):  # heads assigned h % Hkv instead of h // group
         B, Hq, d = q.shape
@@ -240,24 +237,15 @@ def _own_items() -> dict:
         exercise="interview", number=1, function="gqa_decode", title="one decoding step of grouped-query attention",
         reference=decode_attention,
         cases=[
-            Case("MHA: as many KV heads as query heads",
-                 "q [2, 4, 8], k_cache/v_cache [2, 4, 5, 8] (random float64, seed 0)",
-                 decode_case(0, 2, 4, 4, 5, 8, 8)),
-            Case("GQA: 8 query heads share 2 KV heads", "q [2, 8, 8], k_cache/v_cache [2, 2, 6, 8] (seed 10)",
-                 decode_case(10, 2, 8, 2, 6, 8, 8)),
-            Case("MQA: one KV head for all", "q [1, 6, 4], k_cache/v_cache [1, 1, 7, 4] (seed 20)",
-                 decode_case(20, 1, 6, 1, 7, 4, 4)),
-            Case("values of another width (d_v ≠ d)",
-                 "q [2, 4, 8], k_cache [2, 2, 5, 8], v_cache [2, 2, 5, 3] (seed 30)",
-                 decode_case(30, 2, 4, 2, 5, 8, 3)),
-            Case("one cached position: the output is its value", "q [1, 4, 4], k_cache/v_cache [1, 2, 1, 4] (seed 40)",
-                 decode_case(40, 1, 4, 2, 1, 4, 4)),
-            Case("KV heads that do not divide the query heads are refused", "q [1, 6, 4], k_cache/v_cache [1, 4, 3, 4]",
-                 decode_case(50, 1, 6, 4, 3, 4, 4),
+            Case("MHA: as many KV heads as query heads", decode_case(0, 2, 4, 4, 5, 8, 8)),
+            Case("GQA: 8 query heads share 2 KV heads", decode_case(10, 2, 8, 2, 6, 8, 8)),
+            Case("MQA: one KV head for all", decode_case(20, 1, 6, 1, 7, 4, 4)),
+            Case("values of another width (d_v ≠ d)", decode_case(30, 2, 4, 2, 5, 8, 3)),
+            Case("one cached position: the output is its value", decode_case(40, 1, 4, 2, 1, 4, 4)),
+            Case("KV heads that do not divide the query heads are refused", decode_case(50, 1, 6, 4, 3, 4, 4),
                  hint="raise ValueError unless Hkv divides Hq (and batch and head dimension agree)."),
-            Case("a long cache, 32 query heads and 8 KV heads",
-                 "q [2, 32, 16], k_cache/v_cache [2, 8, 64, 16] (seed 60)",
-                 decode_case(60, 2, 32, 8, 64, 16, 16), quick=False, rtol=1e-9, atol=1e-12),
+            Case("a long cache, 32 query heads and 8 KV heads", decode_case(60, 2, 32, 8, 64, 16, 16), quick=False,
+                 rtol=1e-9, atol=1e-12),
         ],
         wrong_answers=[
             WrongAnswer("heads tiled", gqa_tiled,
@@ -272,10 +260,10 @@ def _own_items() -> dict:
         ],
     )
 
-    def attn_case(seed, B, H, T, d, dv):
-        def run(f):
-            return f(rand(seed, B, H, T, d), rand(seed + 1, B, H, T, d), rand(seed + 2, B, H, T, dv))
-        return run
+    def attn_case(seed, B, H, T, d, dv, T_k=None):
+        """(q, k, v) of shapes [B, H, T, d], [B, H, T_k (= T), d], [B, H, T, dv], random float64."""
+        return (Made(randn, B, H, T, d, seed=seed), Made(randn, B, H, T_k or T, d, seed=seed + 1),
+                Made(randn, B, H, T, dv, seed=seed + 2))
 
     def _phi(x):
         return torch.nn.functional.elu(x) + 1
@@ -295,23 +283,16 @@ def _own_items() -> dict:
     def la_relu(q, k, v, eps=1e-6):
         return linear_attention_recurrent(q, k, v, feature_map=torch.relu, eps=eps)
 
-    def la_bad_shapes(f):
-        return f(rand(0, 1, 2, 4, 3), rand(1, 1, 2, 5, 3), rand(2, 1, 2, 4, 3))
-
     la = Item(
         exercise="interview", number=2, function="causal_linear_attention", title="causal linear attention",
         reference=linear_attention_recurrent,
         cases=[
-            Case("one head, three positions", "q, k [1, 1, 3, 2], v [1, 1, 3, 2] (random float64, seed 0)",
-                 attn_case(0, 1, 1, 3, 2, 2)),
-            Case("a batch of heads, d_v ≠ d", "q, k [2, 2, 6, 4], v [2, 2, 6, 3] (seed 10)",
-                 attn_case(10, 2, 2, 6, 4, 3)),
-            Case("one position: the output is its value", "q, k, v [1, 2, 1, 4] (seed 20)",
-                 attn_case(20, 1, 2, 1, 4, 4)),
-            Case("shapes that do not fit are refused", "q [1, 2, 4, 3], k [1, 2, 5, 3], v [1, 2, 4, 3]", la_bad_shapes,
+            Case("one head, three positions", attn_case(0, 1, 1, 3, 2, 2)),
+            Case("a batch of heads, d_v ≠ d", attn_case(10, 2, 2, 6, 4, 3)),
+            Case("one position: the output is its value", attn_case(20, 1, 2, 1, 4, 4)),
+            Case("shapes that do not fit are refused", attn_case(0, 1, 2, 4, 3, 3, T_k=5),
                  hint="raise ValueError unless q and k have the same shape and v matches them except its last axis."),
-            Case("a longer sequence", "q, k [2, 3, 32, 8], v [2, 3, 32, 5] (seed 30)", attn_case(30, 2, 3, 32, 8, 5),
-                 quick=False, rtol=1e-9, atol=1e-12),
+            Case("a longer sequence", attn_case(30, 2, 3, 32, 8, 5), quick=False, rtol=1e-9, atol=1e-12),
         ],
         wrong_answers=[
             WrongAnswer("not causal", la_not_causal,
