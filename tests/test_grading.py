@@ -2,8 +2,11 @@
 (solutions pass, pristine exercises fail every graded item, exercises/ in sync with solutions/)."""
 
 import contextlib
+import copy
+import dataclasses
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -27,7 +30,7 @@ from minigrpo.course.grading import (
     run_item,
     time_limit,
 )
-from minigrpo.course.grading.core import GradingTimeout, outcome
+from minigrpo.course.grading.core import Case, GradingTimeout, Item, Made, Spread, fresh, outcome
 from minigrpo.course.grading.notebooks import (
     exercise_text,
     find_notebook,
@@ -44,17 +47,191 @@ ALL_ITEMS = [item for _, (_, its) in sorted(EXERCISES.items()) for item in its]
 
 def test_compare_tensors():
     assert compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0])) is None
-    assert "shape" in compare(torch.ones(3, 1), torch.ones(3))
-    assert "greatest absolute difference: 0.5 at index (1,)" in compare(torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0]))
-    assert "NaN" in compare(torch.tensor([float("nan")]), torch.tensor([1.0]))
+    assert compare(torch.ones(3, 1), torch.ones(3)) == "shape (3, 1), but expected shape (3,)"
+    assert compare(torch.ones(2), torch.ones(2, dtype=torch.bool)) == "dtype torch.float32, but expected torch.bool"
+    assert compare(torch.ones(2, dtype=torch.float64), torch.ones(2)) is None  # float widths may differ
+    assert compare(torch.tensor([1.0, 2.5]), torch.tensor([1.0, 2.0])).splitlines() == [
+        "values differ: mismatched elements: 1 / 2 (50.0%)",
+        "greatest absolute difference: 0.5 at index (1,) (up to 1e-06 allowed)",
+        "greatest relative difference: 0.25 at index (1,) (up to 1e-05 allowed)"]
+    assert compare(torch.tensor([float("nan")]), torch.tensor([1.0])).startswith("the result contains NaN: ")
     assert compare([1.0, 2.0], torch.tensor([1.0, 2.0])) is None  # array-likes are accepted
+    assert compare(3, 3.0) is None and compare(2**34, float(2**34 + 1), rtol=0, atol=0.5) is not None
 
 
 def test_compare_exceptions_and_dicts():
     assert compare(Raised(ValueError), Raised(ValueError)) is None
     assert "expected a ValueError" in compare(torch.ones(1), Raised(ValueError))
     assert "raised TypeError" in compare(Raised(TypeError, "boom"), torch.ones(1))
-    assert "grad" in compare({"loss": 1.0, "grad": torch.ones(2)}, {"loss": 1.0, "grad": torch.zeros(2)})
+    assert compare({"loss": 1.0, "grad": torch.ones(2)}, {"loss": 1.0, "grad": torch.zeros(2)}).startswith("grad: ")
+    assert compare(("a", "b"), ("a", "b")) is None and "expected ('a',)" in compare(("b",), ("a",))
+
+
+def _doubling(*cases):
+    return Item("99", 1, "double", "twice x", reference=lambda x: 2 * x, cases=list(cases))
+
+
+@pytest.mark.parametrize("rtol,atol", [(0.0, 1e-3), (1e-3, 0.0), (1e-4, 1e-4)])
+def test_each_case_tolerance_is_honoured_just_inside_and_just_outside(rtol, atol):
+    """assert_close's rule |got − expected| ≤ atol + rtol·|expected|, with the case's own rtol and atol."""
+    item = _doubling(Case("a vector", (torch.tensor([1.0, 2.0, 4.0], dtype=torch.float64),), rtol=rtol, atol=atol))
+    allowed = atol + rtol * 8.0  # at the largest element, 2·4
+
+    def off_by(d):
+        return lambda x: 2 * x + torch.tensor([0.0, 0.0, d], dtype=torch.float64)
+
+    assert run_item(item, off_by(0.9 * allowed)).passed
+    assert run_item(item, off_by(-0.9 * allowed)).passed
+    outside = run_item(item, off_by(1.1 * allowed))
+    assert not outside.passed
+    report = outside.report()
+    assert "problem:     values differ: mismatched elements: 1 / 3 (33.3%)" in report
+    assert f"greatest absolute difference: {1.1 * allowed:.4g} at index (2,) (up to {atol} allowed)" in report
+    assert "greatest relative difference: " in report and f"(up to {rtol} allowed)" in report
+
+
+def test_the_same_result_passes_a_loose_case_and_fails_a_strict_one():
+    x = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    item = _doubling(Case("loose", (x,), rtol=0, atol=1e-2), Case("strict", (x,), rtol=0, atol=1e-4))
+    result = run_item(item, lambda x: 2 * x + 1e-3)
+    assert [c.passed for c in result.cases] == [True, False]
+
+
+# ----------------------------------------------------------------------------- cases as data
+
+def test_the_input_line_names_each_argument_as_the_reference_does():
+    def reference(rewards, gamma, *, scale="group"):
+        return rewards
+
+    def pair(n, seed):
+        return torch.zeros(n), torch.ones(n)
+
+    item = Item("99", 1, "f", "f", reference=reference, cases=[
+        Case("data", (torch.tensor([1.0, 2.5]), 0.5), {"scale": "batch"}),
+        Case("built", (Made(torch.ones, 200), 1.0)),
+        Case("spread", (Spread(pair, 3, seed=1),)),
+        Case("float64, bool, int", (torch.tensor([0.1], dtype=torch.float64), torch.tensor([[True, False]]))),
+    ])
+    assert [item.describe(c) for c in item.cases] == [
+        "rewards=tensor([1., 2.5]), gamma=0.5, scale='batch'", "rewards=ones(200), gamma=1.0",
+        "(rewards, gamma) = pair(3, seed=1)", "rewards=tensor([0.1], float64), gamma=tensor([[True, False]])"]
+
+
+_DTYPES = {str(d).removeprefix("torch."): d for d in (torch.float16, torch.bfloat16, torch.float32, torch.float64,
+                                                       torch.int32, torch.int64, torch.bool)}
+
+
+def _builders(x, found):
+    """Every builder a case's data names, by the name its input line uses."""
+    if isinstance(x, Made):
+        found[x.fn.__name__] = x.fn
+        _builders((x.args, x.kwargs), found)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            _builders(v, found)
+    elif isinstance(x, dict):
+        _builders(list(x.values()), found)
+    return found
+
+
+def _received(item, case):
+    """The arguments a function receives on ``case``, by the reference's names (None: it is not called with them)."""
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append({**dict(zip(item.names(len(args)), args)), **kwargs})
+        raise RuntimeError("recorded")
+
+    outcome(item, case, spy)
+    return seen[0] if seen else None
+
+
+def _same(shown, got):
+    """``shown`` (evaluated from the input line) is ``got`` up to the 4 significant digits a verdict prints."""
+    if isinstance(got, torch.Tensor):
+        got = got.detach()
+        if shown.dtype != got.dtype or shown.shape != got.shape:
+            return False
+        if not got.is_floating_point():
+            return torch.equal(shown, got)
+        return torch.allclose(shown, got, rtol=1e-3, atol=0, equal_nan=True)
+    if isinstance(got, (list, tuple)):
+        return len(shown) == len(got) and all(_same(a, b) for a, b in zip(shown, got))
+    if isinstance(got, float):
+        return math.isclose(shown, got, rel_tol=1e-3)
+    if callable(got):
+        return callable(shown)
+    return shown == got
+
+
+CASES = [(item, case) for item in ALL_ITEMS for case in item.cases if case.args or case.kwargs]
+
+
+@pytest.mark.parametrize("item,case", CASES, ids=[f"{i.id}-{c.name[:40]}" for i, c in CASES])
+def test_the_input_line_evaluates_to_what_the_function_receives(item, case):
+    """A verdict's "input" is made from the case's data, so it cannot drift from the call: read back as
+    Python (small tensors in full, larger ones as the builder call that made them), it gives the
+    arguments the function receives, each under the name the reference gives it."""
+    received = _received(item, case)
+    assert received is not None, "the case never called the function with its inputs"
+    scope = {"tensor": lambda data, dtype=None: torch.tensor(data, dtype=dtype), "torch": torch, "nan": math.nan,
+             "inf": math.inf, **_DTYPES, **_builders((case.args, case.kwargs), {})}
+    parts = item.input_parts(case)
+    assert [n for names, _ in parts for n in ((names,) if isinstance(names, str) else names)] == list(received)
+    for names, text in parts:
+        assert "…" not in text, f"{names}: a concrete input too large to show in full; make it with a builder (Made)"
+        shown = eval(text, scope)  # noqa: S307 - our own rendering of our own data
+        if isinstance(names, str):
+            shown, names = (shown,), (names,)
+        for name, value in zip(names, shown, strict=True):
+            assert _same(value, received[name]), f"{name}: shown {text}, received {received[name]!r}"
+
+
+def _scribble(x):
+    """Edit every tensor and list inside ``x`` in place."""
+    if isinstance(x, torch.Tensor):
+        with torch.no_grad():
+            x.logical_not_() if x.dtype == torch.bool else x.add_(1000)
+    elif isinstance(x, list):
+        x.append(x[-1] if x else 0.0)
+        x.reverse()
+    if isinstance(x, (list, tuple)):
+        for v in list(x):
+            _scribble(v)
+    elif isinstance(x, dict):
+        _scribble(list(x.values()))
+
+
+def _equal(a, b):
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    return callable(a) and callable(b) or a == b
+
+
+@pytest.mark.parametrize("item", [i for i in ALL_ITEMS if any(c.call is None and c.args for c in i.cases)],
+                         ids=lambda i: i.id)
+def test_a_function_that_edits_its_inputs_in_place_changes_no_other_call(item):
+    """Every call gets fresh copies: a learner's function that returns the right answer and then scribbles
+    over its inputs passes every case, and every case still hands out exactly the inputs it did before
+    (so neither the next case, nor the reference, nor a typical mistake saw the edits)."""
+    plain = dataclasses.replace(item, cases=[c for c in item.cases if c.call is None and c.args])
+    before = [_received(plain, c) for c in plain.cases]
+    seen = []
+
+    def vandal(*args, **kwargs):
+        seen.append(copy.deepcopy({**dict(zip(plain.names(len(args)), args)), **kwargs}))
+        result = item.reference(*fresh(args), **fresh(kwargs))
+        _scribble([args, kwargs])
+        return result
+
+    result = run_item(plain, vandal)
+    assert result.passed, result.report()
+    assert len(seen) == len(plain.cases) and all(_equal(a, b) for a, b in zip(seen, before, strict=True))
+    assert all(_equal(_received(plain, c), b) for c, b in zip(plain.cases, before, strict=True))
 
 
 # ----------------------------------------------------------------------------- items and hints
@@ -388,3 +565,4 @@ def test_grading_the_reference_solution_is_not_recorded_as_progress(tmp_path, mo
 def test_compare_handles_nan_and_inf_differences():
     assert "NaN or inf" in compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("inf")]))
     assert "NaN" in compare(torch.tensor([float("nan"), 2.0]), torch.tensor([1.0, 2.0]))
+    assert compare(torch.tensor([float("nan"), 2.0]), torch.tensor([float("nan"), 2.0])) is None
