@@ -17,13 +17,17 @@ import re
 from collections.abc import Callable
 
 from minigrpo.course.grading.core import (
+    Call,
     Case,
     GradingTimeout,
     Item,
     ItemResult,
+    Made,
     Raised,
+    Spread,
     WrongAnswer,
     compare,
+    grads,
     run_item,
     time_limit,
 )
@@ -84,6 +88,6 @@ def check(item_id: str, fn: Callable | None, quick: bool = True) -> None:
 
 
 __all__ = [
-    "Case", "CheckFailed", "EXERCISES", "GradingTimeout", "Item", "ItemResult", "Raised", "WrongAnswer",
-    "check", "compare", "get_item", "items", "run_item", "time_limit",
+    "Call", "Case", "CheckFailed", "EXERCISES", "GradingTimeout", "Item", "ItemResult", "Made", "Raised", "Spread",
+    "WrongAnswer", "check", "compare", "get_item", "items", "grads", "run_item", "time_limit",
 ]

@@ -307,21 +307,19 @@ class Item:
         """Fresh arguments for one call of ``case``."""
         args = []
         for a in case.args:
-            args.extend(a.build()) if isinstance(a, Made) and a.spread else args.append(fresh(a))
+            if isinstance(a, Made) and a.spread:
+                args.extend(a.build())
+            else:
+                args.append(fresh(a))
         return Inputs(args, fresh(case.kwargs), self.names(len(args)))
 
     def input_parts(self, case: Case) -> list[tuple[str | tuple[str, ...], str]]:
         """The case's arguments as (name, shown value) pairs; a :class:`Spread` fills a tuple of names."""
-        parts, i = [], 0
-        for a in case.args:
-            if isinstance(a, Made) and a.spread:
-                k = len(a.build())
-                parts.append((tuple(self.names(i + k)[i:]), str(a)))
-            else:
-                k = 1
-                parts.append((self.names(i + 1)[i], show(a)))
-            i += k
-        return parts + [(k, show(v)) for k, v in case.kwargs.items()]
+        sizes = [len(a.build()) if isinstance(a, Made) and a.spread else 0 for a in case.args]  # 0: not spread
+        names = iter(self.names(sum(max(k, 1) for k in sizes)))
+        parts = [(tuple(next(names) for _ in range(k)), str(a)) if k else (next(names), show(a))
+                 for a, k in zip(case.args, sizes)]
+        return parts + [(name, show(v)) for name, v in case.kwargs.items()]
 
     def describe(self, case: Case) -> str:
         """The verdict's "input" line, made from the same data as the call."""
