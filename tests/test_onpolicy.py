@@ -63,6 +63,30 @@ def test_rollout_keeps_terminated_truncated_and_final_observations_apart():
     envs.close()
 
 
+def test_rollout_episode_statistics_are_the_rewards_summed_between_endings():
+    """The returns and lengths a rollout reports (gymnasium's RecordEpisodeStatistics) against a float64
+    walk over its own rewards and endings, in the order the episodes ended (step, then sub-env); across two
+    rollouts, since the wrapper carries unfinished episodes over, and the loop's train_return window."""
+    torch.manual_seed(0)
+    envs = make_vec_env("Pendulum-v1", 3, max_episode_steps=30)
+    agent = ActorCritic(envs.single_observation_space, envs.single_action_space, (8,))
+    collector = RolloutCollector(envs, seed=0)
+    rollouts = [collector.collect(agent, 45), collector.collect(agent, 45)]
+    rewards = torch.cat([ro.rewards for ro in rollouts]).double()  # [90, 3]
+    ends = torch.cat([ro.terminated | ro.truncated for ro in rollouts])
+    running, length, expected = torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.long), []
+    for t in range(90):
+        running, length = running + rewards[t], length + 1
+        for i in ends[t].nonzero().flatten().tolist():
+            expected.append((running[i].item(), length[i].item()))
+            running[i], length[i] = 0.0, 0
+    got = [(r, n) for ro in rollouts for r, n in zip(ro.episode_returns, ro.episode_lengths)]
+    assert [n for _, n in got] == [n for _, n in expected] == [30] * 9
+    np.testing.assert_allclose([r for r, _ in got], [r for r, _ in expected], rtol=1e-5)
+    np.testing.assert_allclose(list(envs.return_queue), [r for r, _ in got])  # the last 20 (here all 9)
+    envs.close()
+
+
 def test_explained_variance():
     target = torch.tensor([1.0, 2.0, 3.0, 4.0])
     assert explained_variance(target, target) == 1.0
