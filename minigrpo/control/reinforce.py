@@ -96,7 +96,8 @@ def per_episode_gradients(
 
 class ReinforceLearner:
     """One REINFORCE iteration for :func:`~minigrpo.control.onpolicy.train_loop`: a batch of whole episodes,
-    their weights, one policy step, then the value regression. ``train_return`` is the batch's mean return."""
+    their weights, one policy step, then the value regression. ``train_return`` is the batch's mean return;
+    the env steps counted are the batch's (not the idle steps of sub-envs whose episode ended early)."""
 
     def __init__(self, cfg: ReinforceConfig, agent: ActorCritic, envs: gym.vector.VectorEnv,
                  loss_fn: Callable = reinforce_loss, returns_fn: Callable = reward_to_go):
