@@ -87,16 +87,21 @@ RECIPES: dict[str, Recipe] = {
     ),
     # Word problems in GSM8K's format (the real GSM8K where the hub answers, else the generated stand-in):
     # reasoning in <think>...</think>, the number in <answer>...</answer>; reward = correctness + 0.1 · format.
-    # The recipe's own model is character-level (completions of 100-190 characters), SFT on the worked
-    # solutions then GRPO. With --model (e.g. Qwen/Qwen2.5-0.5B-Instruct) the prompts become chat
-    # conversations with the system prompt; sft=none skips SFT for a model that already follows it.
+    # The recipe's own model is character-level (4.0M parameters; completions of 100-190 characters). Seed 0
+    # on one H100, generated data: SFT 3,000 steps (119 s) gives held-out pass@1 0.684 / pass@8 0.905 /
+    # greedy 0.765 (1,500 steps: 0.111 / 0.46). GRPO has not raised held-out accuracy here yet: after SFT
+    # the model is nearly deterministic (entropy ~0.01 nats per token) and its errors are arithmetic slips,
+    # as in the addition recipe. From the 1,500-step model, 150 steps at lr 1e-5 gave 0.123 / 0.535 and at
+    # 3e-5 0.097 / 0.375; from a 0.45 model, 100 steps at 1e-4 fell to 0.21 (one seed each). With --model
+    # (e.g. Qwen/Qwen2.5-0.5B-Instruct) the prompts become chat conversations with the system prompt;
+    # sft=none skips SFT for a model that already follows the format.
     "gsm8k": Recipe(
         task="gsm8k",
         task_kwargs=dict(eval_size=200),
         model_kwargs=dict(hidden_size=256, num_layers=4, num_heads=8, num_kv_heads=4, max_positions=512),
         alphabet=GSM8K_ALPHABET,
         sft=SFTConfig(steps=3000, batch_size=32, learning_rate=1e-3),
-        grpo=GRPOConfig(max_steps=200, prompts_per_step=16, num_generations=8, learning_rate=1e-4,
+        grpo=GRPOConfig(max_steps=150, prompts_per_step=16, num_generations=8, learning_rate=1e-5,
                         filter_zero_std_groups=True, eval_every=50),
         smoke_overrides=("task_kwargs.train_size=64", "task_kwargs.eval_size=4", "task_kwargs.max_completion_length=64",
                          "model_kwargs.hidden_size=64", "model_kwargs.num_layers=2", "sft.batch_size=4",
