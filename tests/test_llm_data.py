@@ -312,3 +312,35 @@ def test_gsm8k_task_trains_on_train_and_holds_out_test(monkeypatch):
     assert task.correctness_reward(p, "<think>\n?\n</think>\n<answer>-1</answer>", True) == 0.0
     chat = gsm8k.gsm8k_task(train_size=5, eval_size=2, conversational=True)
     assert chat.train_set[0].prompt[0] == {"role": "system", "content": gsm8k.SYSTEM_PROMPT}
+
+
+def test_grpo_steps_on_a_dataset_task_see_the_step_and_log_trl_metrics():
+    """The trainer's rollout calls DatasetTask.score: reward functions get the columns, trainer_state counts the
+    steps, log_metric values reach the step's metrics."""
+    import torch
+
+    from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
+    from minigrpo.llm.models import make_tiny_model
+    from minigrpo.llm.tokenizer import build_char_tokenizer
+
+    steps_seen = []
+
+    def digits(prompts, completions, answer, trainer_state, log_metric, **kwargs):
+        steps_seen.append(trainer_state.global_step)
+        log_metric("answer_length", sum(map(len, answer)) / len(answer))
+        return [None if c == "" else float(c == a) for c, a in zip(completions, answer)]
+
+    def ended(prompts, completions, completion_ids, **kwargs):
+        return [float(bool(ids) and ids[-1] == tok.eos_token_id) for ids in completion_ids]
+
+    torch.manual_seed(0)
+    tok = build_char_tokenizer()
+    task = DatasetTask(task_dataset(AdditionTask(eval_size=4), 16), [digits, ended], [1.0, 0.1],
+                       answer_column="answer", max_completion_length=4, tokenizer=tok)
+    model = make_tiny_model(tok, "llama", seed=0, hidden_size=32, num_layers=1)
+    trainer = GRPOTrainer(model, tok, task, GRPOConfig(max_steps=2, prompts_per_step=2, num_generations=4,
+                                                       eval_every=0))
+    metrics = [trainer.step() for _ in range(2)]
+    assert steps_seen == [0, 1]
+    assert all({"rewards/digits/mean", "rewards/ended/std", "answer_length", "correct"} <= m.keys() for m in metrics)
+    assert 2 <= metrics[0]["answer_length"] <= 3  # two-digit sums: 2 or 3 characters

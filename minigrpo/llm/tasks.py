@@ -86,13 +86,15 @@ class Task:
         return self.correctness_reward(problem, completion, finished) + \
             self.format_weight * self.format_reward(problem, completion, finished)
 
-    def score(self, problems: list[Problem], completions: list[str],
-              finished: list[bool]) -> tuple[list[float], dict[str, float]]:
+    def score(self, problems: list[Problem], completions: list[str], finished: list[bool],
+              completion_ids: list[list[int]] | None = None, trainer_state=None) -> tuple[list[float], dict[str, float]]:
         """The trainer's one call into a task: the reward of each completion and the batch's metrics.
 
         ``problems[i]`` is the problem completion ``i`` answers (a group repeats its problem G
         times). Metrics follow TRL's names, ``rewards/<function>/mean`` and ``/std``; ``correct`` and
-        ``format`` are the fractions of right and well-formed completions.
+        ``format`` are the fractions of right and well-formed completions. ``completion_ids`` (the
+        sampled tokens) and ``trainer_state`` are for tasks whose reward functions read them (TRL passes
+        both; see ``data.DatasetTask``); the built-in tasks score the text.
         """
         rows = list(zip(problems, completions, finished))
         correct = [self.correctness_reward(p, c, f) for p, c, f in rows]
