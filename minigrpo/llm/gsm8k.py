@@ -31,6 +31,7 @@ rows :func:`prepare_gsm8k` makes (columns ``prompt``, ``answer`` — the number 
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import re
@@ -266,19 +267,25 @@ def _truthy(name: str) -> bool:
 
 def hub_reachable(timeout: float = 3.0, host: str = "huggingface.co") -> bool:
     """False when offline mode is set (``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE``); else whether a TCP
-    connection to the hub opens within ``timeout`` seconds (name lookup included: it runs in a thread)."""
+    connection to the hub opens within ``timeout`` seconds (name lookup included: it runs in a thread).
+    The connection is tried once per process (the answer is kept)."""
     if _truthy("HF_HUB_OFFLINE") or _truthy("HF_DATASETS_OFFLINE"):
         return False
+    return _probe(host, timeout)
+
+
+@functools.lru_cache(maxsize=None)
+def _probe(host: str, timeout: float) -> bool:
     result = []
 
-    def probe():
+    def connect():
         try:
             socket.create_connection((host, 443), timeout=timeout).close()
             result.append(True)
         except OSError:
             result.append(False)
 
-    thread = threading.Thread(target=probe, daemon=True)
+    thread = threading.Thread(target=connect, daemon=True)
     thread.start()
     thread.join(timeout)
     return bool(result and result[0])
