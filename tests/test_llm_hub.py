@@ -269,7 +269,9 @@ def _on_cuda(folder, bf16: bool, lora: bool):
 @pytest.mark.gpu
 @pytest.mark.parametrize("bf16,lora", [(False, False), (True, False), (True, True)])
 def test_gpu_sft_grpo_and_evaluation(qwen_folder, bf16, lora):
-    """SFT, GRPO steps (gradient checkpointing on) and evaluation on CUDA; bf16 autocast keeps float32 masters."""
+    """SFT, GRPO steps (gradient checkpointing on) and evaluation on CUDA; bf16 autocast keeps float32 masters.
+    Measured on an H100 (torch 2.11, transformers 5.17, peft 0.21): the 4 GPU tests pass in 25 s; this tiny model's
+    bf16 sampler–trainer gap is ~2e-7 (a Qwen2.5-0.5B-shaped one's is 4.5e-3, see minigrpo/llm/grpo.py)."""
     hist, sft_eval, trainer, metrics, evaluation = _on_cuda(qwen_folder, bf16, lora)
     assert hist["loss"][-1] < 0.3 * hist["loss"][0] and sft_eval["format"] > 0.75, (hist["loss"][-1], sft_eval)
     _check_run(metrics, evaluation)

@@ -54,7 +54,10 @@ compute for activation memory; ``bf16`` runs the forward passes under bf16 autoc
 reference being the same model with the adapters off. ``sampling/sampling_logp_difference/mean`` is the mean
 |log π_sampler − log π_trainer| over the completion tokens, taken from the loss pass of the first iteration
 (no extra forward): the sampler (KV-cached decoding) and the trainer (one pass) compute the same policy with
-other kernels, which in bf16 differ by far more than float32 rounding.
+other kernels, which in bf16 differ by far more than float32 rounding. Measured on an H100, a model of
+Qwen2.5-0.5B's configuration (random weights), bf16, 16 prompts × G = 8, 256-token completions, gradient
+checkpointing, 4 micro-batches: gap mean 4.5e-3, max 0.03 nats; 7.0 s per step, of which sampling 6.1 s
+(~4.7k completion tokens/s); peak memory 14.2 GiB.
 """
 
 from __future__ import annotations
