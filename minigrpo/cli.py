@@ -296,6 +296,8 @@ def _load_model(name: str, device):
     """A pretrained model and its tokenizer, by hub name or folder; ValueError (one line) when it cannot load."""
     from minigrpo.llm.models import load_causal_lm
 
+    if not Path(name).exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+        raise ValueError(f"no model folder at {name} (a hub name has the form owner/name)")
     try:
         return load_causal_lm(name, device=device)
     except (OSError, ValueError) as exc:

@@ -338,11 +338,15 @@ def test_train_llm_on_a_saved_model_writes_a_checkpoint_and_results(tmp_path, mo
     (["--recipe", "sort", "max_steps=ten"], "minigrpo train: grpo.max_steps: cannot read 'ten' as an int"),
     (["--recipe", "sort", "grpo.num_generations=1"], "minigrpo train: GRPOConfig.num_generations must be >= 2, got 1"),
     (["--recipe", "sort", "steps"], "minigrpo train: override 'steps' must be field=value, e.g. grpo.max_steps=10"),
-    (["--recipe", "sort", "--device", "cpu", "--model", "no/such-model-here"],
-     "minigrpo train: cannot load a model from 'no/such-model-here'"),
+    (["--recipe", "sort", "--device", "cpu", "--model", "MISSING"], "minigrpo train: no model folder at MISSING"),
+    (["--recipe", "sort", "--device", "cpu", "--model", "EMPTY"], "minigrpo train: cannot load a model from 'EMPTY'"),
 ])
-def test_train_llm_errors_are_one_line(argv, message, capsys, monkeypatch):
+def test_train_llm_errors_are_one_line(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    (tmp_path / "empty").mkdir()
+    folders = {"MISSING": str(tmp_path / "missing"), "EMPTY": str(tmp_path / "empty")}
+    argv, message = [folders.get(a, a) for a in argv], message.replace("MISSING", folders["MISSING"])
+    message = message.replace("EMPTY", folders["EMPTY"])
     assert main(["train", "llm", *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(message), err
