@@ -71,6 +71,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from tqdm.auto import tqdm
+from transformers import TrainerState
 
 from minigrpo._checks import at_least, check_config_types, config_error, non_negative, one_of, positive
 from minigrpo.advantages import SCALES, group_advantages
@@ -257,6 +258,7 @@ class GRPOTrainer:
         self.rng = random.Random(cfg.seed)
         self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)  # samples on the model's device
         self.step_count = 0
+        self.state = TrainerState(max_steps=cfg.max_steps)  #: TRL's trainer_state for reward functions
         self.history: dict[str, list] = {}  #: one entry per step, kept by train() (and saved in checkpoints)
         self.evals: list[dict] = []  #: held-out metrics with the step they were taken at
 
@@ -266,7 +268,8 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ one step
     def rollout(self) -> tuple[list[Problem], Generation, torch.Tensor, dict]:
-        """Generate + score: ``(problems, generation, rewards [B], info)``, B = prompts_per_step × G."""
+        """Generate + score: ``(problems, generation, rewards [B], info)``, B = prompts_per_step × G. The task gets
+        the texts, the finished flags, the sampled ids (up to and including the end-of-turn token) and the state."""
         cfg, G = self.cfg, self.cfg.num_generations
         problems = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.model.eval()  # no dropout while sampling (and scoring): one policy, one distribution
@@ -274,7 +277,9 @@ class GRPOTrainer:
             gen = generate(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len, cfg.temperature,
                            generator=self.gen, use_chat_template=cfg.use_chat_template, system_prompt=cfg.system_prompt)
         per_row = [p for p in problems for _ in range(G)]
-        rewards, info = self.task.score(per_row, gen.texts(self.tokenizer), gen.finished.tolist())
+        ids = [row[:n] for row, n in zip(gen.completion_ids.tolist(), gen.completion_mask.sum(1).tolist())]
+        self.state.global_step = self.step_count  # what TRL hands reward functions as trainer_state
+        rewards, info = self.task.score(per_row, gen.texts(self.tokenizer), gen.finished.tolist(), ids, self.state)
         rewards = torch.tensor(rewards, dtype=torch.float32, device=gen.completion_ids.device)
         if not torch.isfinite(rewards).all():
             raise ValueError("a reward function returned NaN or inf")
