@@ -50,7 +50,8 @@ On a pretrained model (Qwen, Llama) on a GPU, the same code path: everything run
 end-of-turn id of the model's ``generation_config``; log-probs and entropy are taken chunk by chunk
 (``losses.selective_log_softmax``: no ``[B, C, V]`` float32 tensor); ``gradient_checkpointing`` trades
 compute for activation memory; ``bf16`` runs the forward passes under bf16 autocast, float32 master weights
-(frozen weights stored in bf16); ``GRPOTrainer(..., peft_config=LoraConfig(...))`` trains LoRA adapters, the
+(frozen weights — LoRA's base, the reference copy — stored in bf16, so the KL at step 0 is bf16 rounding rather
+than exactly 0); ``GRPOTrainer(..., peft_config=LoraConfig(...))`` trains LoRA adapters, the
 reference being the same model with the adapters off. ``sampling/sampling_logp_difference/mean`` is the mean
 |log π_sampler − log π_trainer| over the completion tokens, taken from the loss pass of the first iteration
 (no extra forward): the sampler (KV-cached decoding) and the trainer (one pass) compute the same policy with
