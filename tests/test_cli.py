@@ -366,3 +366,28 @@ def test_recipe_overrides_are_read_by_the_fields_types():
     smoke = resolve_recipe("gsm8k", smoke=True, overrides=["grpo.num_generations=2"])
     assert smoke.grpo.max_steps == 4 and smoke.task_kwargs["eval_size"] == 4 and smoke.grpo.num_generations == 2
     assert RECIPES["gsm8k"].grpo.num_generations == 8  # the registry is left as it was
+
+
+def test_train_llm_gsm8k_on_a_qwen_shaped_chat_model(tmp_path, monkeypatch, capsys):
+    """A hub-shaped model (byte-level BPE, no BOS, ChatML template): the gsm8k prompts become conversations with
+    the system prompt, and SFT, GRPO and evaluation run on them."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import torch
+
+    from minigrpo.llm import gsm8k
+    from minigrpo.llm.models import build_qwen_like
+    from minigrpo.llm.recipes import build_task, resolve_recipe
+    from transformers import AutoTokenizer
+
+    torch.set_num_threads(1)
+    rows = gsm8k.generated_split("test")[:300]
+    corpus = [gsm8k.SYSTEM_PROMPT] + [r["question"] for r in rows] + [gsm8k.sft_target(r["answer"]) for r in rows]
+    folder = build_qwen_like(tmp_path / "qwen", corpus=corpus, vocab_size=400, hidden_size=32, num_layers=1,
+                             max_positions=512)
+    task = build_task(resolve_recipe("gsm8k", smoke=True), AutoTokenizer.from_pretrained(folder))
+    assert task.train_set[0].prompt[0] == {"role": "system", "content": gsm8k.SYSTEM_PROMPT}
+    argv = ["train", "llm", "--recipe", "gsm8k", "--model", str(folder), "--smoke", "--output", str(tmp_path / "run"),
+            "--device", "cpu", "sft.steps=2", "grpo.max_steps=1", "task_kwargs.max_completion_length=12"]
+    assert main(argv) == 0
+    record = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert record["grpo_history"]["completions/mean_length"][0] > 0 and "pass@1" in record["grpo_eval"]
