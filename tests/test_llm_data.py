@@ -300,6 +300,15 @@ def test_gsm8k_rewards_run_as_trls_grpo_trainer_calls_them():
     assert rewards == pytest.approx((per_func * torch.tensor([1.0, 0.1])).sum(1).tolist())
     assert metrics["rewards/correctness_reward/mean"] == 0.5 and metrics["rewards/format_reward/mean"] == 0.75
 
+    countdown = CountdownTask(eval_size=5)  # a built-in task's rewards, on a data set of its prompts alone
+    trainer.reward_funcs, weights = task_reward_funcs(countdown)
+    problems = countdown.eval_set[:2]
+    texts = [problems[0].answer, "1+2", problems[1].answer[::-1], "x"]
+    per_func = GRPOTrainer._calculate_rewards(trainer, [{"prompt": p.prompt} for p in problems for _ in range(2)],
+                                              [p.prompt for p in problems for _ in range(2)], texts, [[1]] * 4)
+    expected = countdown.score([p for p in problems for _ in range(2)], texts, [True] * 4)[0]
+    assert (per_func * torch.tensor(weights)).sum(1).tolist() == pytest.approx(expected)
+
 
 def test_gsm8k_task_trains_on_train_and_holds_out_test(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

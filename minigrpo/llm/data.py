@@ -210,7 +210,7 @@ class DatasetTask(Task):
 
     def reward(self, problem: Problem, completion: str, finished: bool = True) -> float:
         """The training reward of one completion (the weighted sum of every reward function)."""
-        return self.score([problem], [completion], [finished])[0][0]
+        return self.score([problem], [completion], [finished], trainer_state=self.state)[0][0]  # not a step
 
     def __repr__(self) -> str:
         return (f"DatasetTask({self.name!r}: {len(self.train_set)} training rows, {len(self.eval_set)} held out, "
