@@ -77,8 +77,8 @@ def make_batch(model, tokenizer, prompts: list[str], group_size: int = 4, max_ne
                    generator=torch.Generator().manual_seed(seed))
     if rewards is None:
         rewards = torch.randn(len(prompts) * group_size, generator=torch.Generator().manual_seed(seed + 1))
-    return RolloutBatch(gen, torch.as_tensor(rewards, dtype=torch.float32), group_size, temperature,
-                        tokenizer.pad_token_id)
+    return RolloutBatch(gen, torch.as_tensor(rewards, dtype=torch.float32, device=gen.completion_ids.device),
+                        group_size, temperature, tokenizer.pad_token_id)
 
 
 @dataclass
