@@ -28,6 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from minigrpo.distributed import is_main_process
+
 #: The values ``report_to`` accepts (alone, or several in a list).
 REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
 #: The package each tracker needs (``pip install <package>``).
@@ -86,7 +88,7 @@ class Tracker:
 
     def __init__(self, report_to: str | Iterable[str] = "none", logging_dir: str | Path | None = None,
                  name: str = "run", config: Mapping[str, Any] | None = None, project: str = "minigrpo"):
-        self.targets = report_targets(report_to)
+        self.targets = report_targets(report_to) if is_main_process() else ()  # only rank 0 writes
         self.logging_dir = Path(logging_dir) if logging_dir else default_logging_dir(name)
         self._sinks: list[tuple[str, Any]] = []
         config = json.loads(json.dumps(dict(config or {}), default=str))  # plain values (Paths become str)

@@ -32,6 +32,12 @@ clipped surrogate only, not the KL term (as TRL's ``token_truncate`` mode does).
 ``"grpo"``, ``"dapo"`` and ``"dr_grpo"`` stay exact under gradient accumulation: their normalisers are
 counted over the whole batch before any micro-batch is processed.
 
+Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.distributed``): each rank samples
+``prompts_per_step`` whole groups with its own seed; the rewards are gathered (advantages and reward metrics over the
+global batch), the loss normalisers counted over every rank, the gradients summed: the step is the one-process step
+of the global batch (N × ``prompts_per_step`` prompts; ``"bnpo"`` needs ``gradient_accumulation_steps = 1`` there).
+Only rank 0 evaluates, logs and saves. In one process nothing changes.
+
 Metrics (one value per step) carry TRL's names where TRL logs the quantity: ``reward``,
 ``reward_std``, ``frac_reward_zero_std``, ``completions/mean_length``, ``kl``, ``entropy``,
 ``clip_ratio/low_mean``, ``clip_ratio/high_mean``, ``clip_ratio/region_mean``, ``grad_norm``,
@@ -74,6 +80,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import TrainerState
 
+from minigrpo.distributed import Distributed
 from minigrpo._checks import at_least, check_config_types, config_error, non_negative, one_of, positive
 from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.llm.models import prepare_policy
@@ -228,7 +235,9 @@ class GRPOTrainer:
         if cfg.vllm_importance_sampling_correction:  # old: the trainer's log-probs at the rollout's weights
             is_w, _ = truncated_importance_weights(old, batch.gen.sampler_logprobs[rows],
                                                    cfg.vllm_importance_sampling_clip_max)
-        loss, stats = grpo_loss(logp, old, batch.advantages[rows], m, cfg.loss_type, cfg.epsilon, cfg.epsilon_high,
+        # across processes "bnpo" (gradient_accumulation_steps = 1) is the token mean of the global batch: "dapo"
+        loss_type = "dapo" if self.dist.active and cfg.loss_type == "bnpo" else cfg.loss_type
+        loss, stats = grpo_loss(logp, old, batch.advantages[rows], m, loss_type, cfg.epsilon, cfg.epsilon_high,
                                 ref_logp=ref, beta=cfg.beta, kl_estimator=cfg.kl_estimator, importance_weights=is_w,
                                 num_sequences=batch.num_sequences, num_tokens=batch.num_tokens,
                                 max_completion_length=self.max_len,
@@ -249,6 +258,7 @@ class GRPOTrainer:
         its adapters off (TRL's way). The model stays on its device; everything follows it there."""
         self.cfg = cfg = config or GRPOConfig()
         self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
+        self.dist = _distributed(cfg, self.model)  # one process: every collective is the identity
         self.tokenizer, self.task = tokenizer, task
         self.max_len = cfg.max_completion_length or task.max_completion_length
         check_context_length(self.model, 1, self.max_len)  # a one-token prompt must fit; generate checks the rest
@@ -256,8 +266,8 @@ class GRPOTrainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=0.0, foreach=True)
         self.device = model_device(self.model)
-        self.rng = random.Random(cfg.seed)
-        self.gen = torch.Generator(device=self.device).manual_seed(cfg.seed)  # samples on the model's device
+        self.rng = random.Random(self.dist.seed(cfg.seed))  # rank 0: cfg.seed; the other ranks their own
+        self.gen = torch.Generator(device=self.device).manual_seed(self.dist.seed(cfg.seed))  # on the model's device
         self.step_count = 0
         self.state = TrainerState(max_steps=cfg.max_steps)  #: TRL's trainer_state for reward functions
         self.history: dict[str, list] = {}  #: one entry per step, kept by train() (and saved in checkpoints)
@@ -303,14 +313,17 @@ class GRPOTrainer:
     def prepare(self, problems: list[Problem], gen: Generation, rewards: torch.Tensor, info: dict) -> GRPOBatch:
         """Advantages, the kept rows (``filter_zero_std_groups``), normalisers, and π_old / π_ref when needed."""
         cfg, G = self.cfg, self.cfg.num_generations
-        adv = group_advantages(rewards, G, cfg.scale_rewards)
-        metrics, group_std = reward_metrics(rewards, G)
-        keep, num_sequences = self.kept_rows(gen, group_std)
+        everyone = self.dist.gather(rewards)  # every rank's whole groups ("batch" scaling needs the global std)
+        mine = self.dist.local(rewards.numel())
+        adv = group_advantages(everyone, G, cfg.scale_rewards)[mine]
+        metrics, group_std = reward_metrics(everyone, G)
+        keep, num_sequences = self.kept_rows(gen, group_std[mine.start // G:mine.stop // G])
         metrics.update(info)
         metrics["completions/mean_length"] = gen.completion_mask.sum(1).float().mean().item()
         metrics["completions/clipped_ratio"] = 1.0 - gen.finished.float().mean().item()  # TRL's name: truncated share
         micro = [r for r in torch.tensor_split(keep, cfg.gradient_accumulation_steps) if r.numel()]
-        batch = GRPOBatch(gen, adv, micro, num_sequences, int(gen.completion_mask[keep].sum()), metrics=metrics)
+        num_tokens = self.dist.sum(int(gen.completion_mask[keep].sum()))  # the normalisers count every rank's rows
+        batch = GRPOBatch(gen, adv, micro, self.dist.sum(num_sequences), num_tokens, metrics=metrics)
         if keep.numel() == 0:
             return batch
         shared = not cfg.gradient_checkpointing
@@ -332,13 +345,18 @@ class GRPOTrainer:
 
     def step(self) -> dict[str, float]:
         """One GRPO step: rollout, then μ optimizer steps on it; returns the step's metrics."""
-        cfg, t0 = self.cfg, time.perf_counter()
-        batch = self.prepare(*self.rollout())
+        t0 = time.perf_counter()
+        return self.update(self.prepare(*self.rollout()), t0)
+
+    def update(self, batch: GRPOBatch, t0: float | None = None) -> dict[str, float]:
+        """μ optimizer steps on a prepared batch (its gradients summed over the processes, if several); returns the
+        step's metrics, reduced over the processes. ``t0``: when the step began (for ``step_time``)."""
+        cfg, t0 = self.cfg, time.perf_counter() if t0 is None else t0
         metrics = batch.metrics
-        if not batch.micro_batches:  # every group was uninformative (or truncated): nothing to learn from
+        if not self.dist.sum(len(batch.micro_batches)):  # every group uninformative
             metrics.update(skipped=1.0, step_time=time.perf_counter() - t0)
             self.step_count += 1
-            return metrics
+            return self.dist.reduce_metrics(metrics)
         per_iteration = []
         self.model.train()
         for _ in range(cfg.num_iterations):
@@ -349,12 +367,14 @@ class GRPOTrainer:
                 loss.backward()
                 stats.append(st)
             per_iteration.append(stats)
+            self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global one: sum them
             grad_norm = self.optimizer_step()
         self.model.eval()
         self.step_count += 1
-        metrics.update(step_metrics(per_iteration, with_kl=batch.ref_logp is not None))
+        if batch.micro_batches:  # a rank whose rows were all filtered out has no loss statistics
+            metrics.update(step_metrics(per_iteration, with_kl=batch.ref_logp is not None))
         metrics.update(grad_norm=grad_norm, skipped=0.0, step_time=time.perf_counter() - t0)
-        return metrics
+        return self.dist.reduce_metrics(metrics)
 
     # ------------------------------------------------------------------ the loop
     def evaluate(self) -> dict[str, float]:
@@ -393,10 +413,10 @@ class GRPOTrainer:
         folder = resolve_checkpoint(cfg, resume)
         if folder is not None:
             self.load_checkpoint(folder)
-        if cfg.eval_every and not self.evals:
+        if cfg.eval_every and not self.evals and self.dist.is_main:
             self.evals.append({"step": 0, **self.evaluate()})
         bar = tqdm(range(self.step_count + 1, cfg.max_steps + 1), desc=f"GRPO {self.task.name}",
-                   disable=not progress, initial=self.step_count, total=cfg.max_steps)
+                   disable=not progress or not self.dist.is_main, initial=self.step_count, total=cfg.max_steps)
         with Tracker(cfg.report_to, cfg.logging_dir, "grpo", asdict(cfg)) as tracker:
             for step in bar:
                 metrics = self.step()  # step_count becomes `step`
@@ -412,14 +432,24 @@ class GRPOTrainer:
         """Evaluate and save when due; returns the progress bar's postfix."""
         cfg = self.cfg
         post = {"reward": f"{self.history['reward'][-1]:.2f}"}
-        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps):
+        if cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps) and self.dist.is_main:
             ev = {"step": step, **self.evaluate()}
             self.evals.append(ev)
             tracker.log({k: v for k, v in ev.items() if k != "step"}, step, prefix="eval/")
             post["pass@1"] = f"{ev['pass@1']:.2f}"
-        if cfg.output_dir is not None and should_save(step, cfg.save_steps, cfg.max_steps):
+        if cfg.output_dir is not None and should_save(step, cfg.save_steps, cfg.max_steps) and self.dist.is_main:
             self.save_checkpoint()
         return post
+
+
+def _distributed(cfg: GRPOConfig, model: torch.nn.Module) -> Distributed:
+    """The trainer's view of the other processes (``minigrpo.distributed``); every rank starts from rank 0's weights."""
+    d = Distributed()
+    if d.active and cfg.loss_type == "bnpo" and cfg.gradient_accumulation_steps > 1:
+        raise ValueError("GRPOConfig.loss_type='bnpo' normalises each micro-batch by its own tokens, which across "
+                         "processes differs from one process: use 'dapo', or gradient_accumulation_steps=1")
+    d.broadcast_parameters(model)
+    return d
 
 
 def step_metrics(per_iteration: list[list[dict]], with_kl: bool) -> dict[str, float]:

@@ -1,0 +1,116 @@
+"""Data-parallel GRPO (minigrpo/distributed.py): two CPU processes (gloo) that each hold half of a global batch take
+the same optimizer step as one process on the whole batch; and the one-process path stays collective-free."""
+
+import dataclasses
+import os
+import socket
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from minigrpo.distributed import SEED_STRIDE, Distributed
+from minigrpo.llm.data import DatasetTask
+from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
+from minigrpo.llm.models import make_tiny_model
+from minigrpo.llm.sampling import Generation
+from minigrpo.llm.tokenizer import build_char_tokenizer
+
+CASES = [("grpo", 2), ("dapo", 2), ("dr_grpo", 1), ("bnpo", 1)]  # (loss_type, gradient_accumulation_steps)
+PROMPTS, G = 4, 4  # global batch: 4 prompts x G = 4; each of 2 ranks holds 2 whole groups
+
+
+def spread_reward(completions, **kwargs):
+    """Rewards with spread inside every group (a tiny random model is never right)."""
+    return [len(c) / 7 + c.count("1") for c in completions]
+
+
+def _trainer(model, tok, loss_type, accum, prompts):
+    task = DatasetTask([{"prompt": f"{i}+{i}="} for i in range(10)], [spread_reward], max_completion_length=6)
+    cfg = GRPOConfig(prompts_per_step=prompts, num_generations=G, max_completion_length=6, beta=0.04, num_iterations=1,
+                     loss_type=loss_type, gradient_accumulation_steps=accum, learning_rate=1e-2, eval_every=0)
+    return GRPOTrainer(model, tok, task, cfg, ref_model=make_tiny_model(tok, seed=1))
+
+
+def _rows(gen: Generation, rows: slice) -> Generation:
+    return dataclasses.replace(gen, **{f.name: getattr(gen, f.name)[rows] for f in dataclasses.fields(gen)
+                                       if isinstance(getattr(gen, f.name), torch.Tensor)})
+
+
+def _one_step(trainer, problems, gen, rewards, info):
+    """One optimizer step on a given rollout; returns (parameters, gradients as clipped, grad_norm, loss stats)."""
+    metrics = trainer.update(trainer.prepare(problems, gen, rewards, info))
+    params = [p.detach().clone() for p in trainer.model.parameters()]
+    grads = [p.grad.detach().clone() for p in trainer.model.parameters()]
+    return params, grads, metrics
+
+
+def _worker(rank, port, batches, state, out_dir):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    tok = build_char_tokenizer()
+    results = {}
+    for (loss_type, accum), (problems, gen, rewards, info) in zip(CASES, batches):
+        model = make_tiny_model(tok, seed=2 + rank)  # different weights on rank 1: the broadcast must fix them
+        if rank == 0:
+            model.load_state_dict(state)
+        trainer = _trainer(model, tok, loss_type, accum, PROMPTS // 2)
+        assert (trainer.dist.rank, trainer.dist.world_size) == (rank, 2)
+        half = PROMPTS // 2 * G
+        mine = slice(rank * half, (rank + 1) * half)
+        results[loss_type] = _one_step(trainer, problems[rank * PROMPTS // 2:(rank + 1) * PROMPTS // 2],
+                                       _rows(gen, mine), rewards[mine], info)
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, one_torch_thread):
+    """For each loss_type: the same global rollout (4 prompts x 4) — one process steps on all of it, two gloo
+    processes on two groups each; (clipped) gradients and grad_norm agree to float32 rounding (1e-4 relative, the
+    sum of two halves against one sum), parameters after AdamW (lr 1e-2) within 1e-6
+    (where |grad| > 1e-6); and
+    both ranks end with the same weights."""
+    tok = build_char_tokenizer()
+    state = make_tiny_model(tok, seed=0).state_dict()
+    batches, expected = [], {}
+    for loss_type, accum in CASES:
+        model = make_tiny_model(tok, seed=0)
+        trainer = _trainer(model, tok, loss_type, accum, PROMPTS)
+        rollout = trainer.rollout()
+        assert rollout[2].view(PROMPTS, G).std(1).min() > 0  # every group has a spread: every row counts
+        batches.append(rollout)
+        expected[loss_type] = _one_step(trainer, *rollout)
+    mp.spawn(_worker, args=(_free_port(), batches, state, str(tmp_path)), nprocs=2, join=True)
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    for loss_type, _ in CASES:
+        params, grads, metrics = expected[loss_type]
+        for got in ranks:
+            p2, g2, m2 = got[loss_type]
+            assert m2["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-5), loss_type
+            assert m2["reward"] == pytest.approx(metrics["reward"])  # gathered: the global batch's mean
+            # kl is a mean over micro-batches, then over ranks: other micro-batches than one process's, close only
+            assert m2["kl"] == pytest.approx(metrics["kl"], rel=1e-2)
+            for a, b in zip(grads, g2):
+                torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-7)
+            for a, b, g in zip(params, p2, grads):
+                # AdamW's first step is lr·g/(|g| + eps), ~lr·sign(g): where |g| is below ~1e-6, float rounding of g
+                # moves it by a visible share of lr, so those elements are held to the step's bound only
+                tiny = g.abs() < 1e-6
+                torch.testing.assert_close(b[~tiny], a[~tiny], rtol=1e-5, atol=1e-6)
+                assert torch.all((b[tiny] - a[tiny]).abs() <= 2e-2)
+
+
+def test_one_process_needs_no_collective():
+    d = Distributed()
+    assert (d.active, d.rank, d.world_size, d.is_main) == (False, 0, 1, True)
+    t = torch.arange(6.0)
+    assert d.gather(t) is t and d.local(6) == slice(0, 6) and d.sum(5) == 5 and d.seed(7) == 7
+    metrics = {"a": 1.0}
+    assert d.reduce_metrics(metrics) is metrics
+    assert SEED_STRIDE > 1000
