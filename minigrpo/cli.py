@@ -326,31 +326,56 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path("runs") / f"{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
     from dataclasses import replace
 
+    from minigrpo.distributed import is_main_process
     from minigrpo.llm.recipes import resolve_recipe, run_recipe, save_run
-    from minigrpo.utils import get_device
 
     try:
         recipe = resolve_recipe(args.recipe, smoke=args.smoke, overrides=args.overrides)
         grpo = recipe.grpo
         recipe = replace(recipe, grpo=replace(grpo, output_dir=str(out),
                                               logging_dir=grpo.logging_dir or str(out / "logs")))
-        device = get_device(args.device)
+        device = _train_device(args.device)
         model, tokenizer = _load_model(args.model, device) if args.model else (None, None)
     except (ValueError, TypeError, ImportError, RuntimeError) as exc:
         _error("train", _one_line(exc))
         return 2
     what = args.model or f"the recipe's own tiny {recipe.arch} model"
     sft = f"SFT {recipe.sft.steps} steps, then " if recipe.sft is not None else ""
-    print(f"training {what} on {device} with the {args.recipe} recipe{' (smoke)' if args.smoke else ''}: "
-          f"{sft}GRPO {recipe.grpo.max_steps} steps; writing {_shown(out)}", flush=True)
+    main = is_main_process()  # under `accelerate launch`, rank 0 prints and writes; the others train
+    if main:
+        print(f"training {what} on {device} with the {args.recipe} recipe{' (smoke)' if args.smoke else ''}"
+              f"{_processes()}: {sft}GRPO {recipe.grpo.max_steps} steps; writing {_shown(out)}", flush=True)
     try:
-        result = run_recipe(recipe, seed=args.seed, progress=True, model=model, tokenizer=tokenizer, device=device)
+        result = run_recipe(recipe, seed=args.seed, progress=main, model=model, tokenizer=tokenizer, device=device)
     except (ValueError, TypeError) as exc:  # a bad setting found once the model and data are there
         _error("train", _one_line(exc))
         return 2
-    save_run(out, recipe, result, model=args.model, seed=args.seed, smoke=args.smoke, device=str(device))
-    print(_summary(result, out, recipe.grpo.num_generations))
+    if main:
+        save_run(out, recipe, result, model=args.model, seed=args.seed, smoke=args.smoke, device=str(device))
+        print(_summary(result, out, recipe.grpo.num_generations))
     return 0
+
+
+def _train_device(name: str | None):
+    """``--device``, or under a launcher (several processes) this process's device as ``accelerate`` assigns it
+    (``cuda:<local rank>``, or the CPU with ``--cpu``), or the best one here."""
+    from minigrpo.distributed import init_process_group, launched
+    from minigrpo.utils import get_device
+
+    if name is None and launched():
+        from accelerate import PartialState
+
+        init_process_group()
+        return PartialState().device
+    return get_device(name)
+
+
+def _processes() -> str:
+    """`` in N processes`` under a launcher, else nothing."""
+    import torch.distributed as dist
+
+    return f" in {dist.get_world_size()} processes" if dist.is_initialized() else ""
+
 
 
 # ----------------------------------------------------------------------------- the parser

@@ -114,3 +114,28 @@ def test_one_process_needs_no_collective():
     metrics = {"a": 1.0}
     assert d.reduce_metrics(metrics) is metrics
     assert SEED_STRIDE > 1000
+
+
+def test_accelerate_launch_runs_the_train_command_in_two_processes(tmp_path):
+    """``accelerate launch --multi_gpu --num_processes 2 -m minigrpo train llm --recipe sort --smoke`` on a CPU-only
+    machine (accelerate then joins the processes with gloo; its ``--cpu`` flag alone starts one process): both ranks
+    train, rank 0 alone prints the summary and writes (~25 s on 2 cores)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    if launcher is None:
+        pytest.skip("the accelerate command is not installed")
+    out = tmp_path / "run"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    done = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "minigrpo", "train", "llm",
+                           "--recipe", "sort", "--smoke", "--output", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "in 2 processes" in done.stdout and done.stdout.count("held-out (") == 1  # rank 0 alone reports
+    history = json.loads((out / "results.json").read_text())["grpo_history"]
+    assert history["step"] == [1, 2, 3, 4] and sorted(p.name for p in out.iterdir()) == ["checkpoint-4", "results.json"]
