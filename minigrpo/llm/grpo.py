@@ -253,13 +253,15 @@ class GRPOTrainer:
         return loss, stats
 
     def __init__(self, model, tokenizer, task: Task, config: GRPOConfig | None = None, ref_model=None,
-                 peft_config=None):
+                 peft_config=None, sampler=None):
         """``peft_config`` (e.g. ``peft.LoraConfig``): train LoRA adapters; the reference is then the model with
-        its adapters off (TRL's way). The model stays on its device; everything follows it there."""
+        its adapters off (TRL's way). ``sampler``: what draws the completions (``minigrpo.llm.samplers.Sampler``;
+        default ``sampling.generate``). The model stays on its device; everything follows it there."""
         self.cfg = cfg = config or GRPOConfig()
         self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
         self.dist = _distributed(cfg, self.model)  # one process: every collective is the identity
         self.tokenizer, self.task = tokenizer, task
+        self.sampler = generate if sampler is None else sampler
         self.max_len = cfg.max_completion_length or task.max_completion_length
         check_context_length(self.model, 1, self.max_len)  # a one-token prompt must fit; generate checks the rest
         self.ref = frozen_reference(self.model, cfg.beta, ref_model, torch.bfloat16 if cfg.bf16 else None)
@@ -285,8 +287,9 @@ class GRPOTrainer:
         problems = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.model.eval()  # no dropout while sampling (and scoring): one policy, one distribution
         with self.autocast():
-            gen = generate(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len, cfg.temperature,
-                           generator=self.gen, use_chat_template=cfg.use_chat_template, system_prompt=cfg.system_prompt)
+            gen = self.sampler(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len,
+                               cfg.temperature, generator=self.gen, use_chat_template=cfg.use_chat_template,
+                               system_prompt=cfg.system_prompt)
         per_row = [p for p in problems for _ in range(G)]
         ids = [row[:n] for row, n in zip(gen.completion_ids.tolist(), gen.completion_mask.sum(1).tolist())]
         self.state.global_step = self.step_count  # what TRL hands reward functions as trainer_state
