@@ -47,6 +47,6 @@ def test_the_trainer_samples_with_the_sampler_it_is_given():
     task = DatasetTask([{"prompt": f"{i}+{i}="} for i in range(6)], [length], max_completion_length=5)
     cfg = GRPOConfig(prompts_per_step=2, num_generations=3, max_completion_length=5, eval_every=0)
     trainer = GRPOTrainer(make_tiny_model(tok, seed=0), tok, task, cfg, sampler=counting_sampler)
-    assert GRPOTrainer(make_tiny_model(tok, seed=0), tok, task, cfg).sampler is generate  # the default
+    assert GRPOTrainer(make_tiny_model(tok, seed=0), tok, task, cfg).sample_completions is generate  # the default
     metrics = trainer.step()
     assert calls == [trainer.gen] and metrics["sampling/sampling_logp_difference/max"] < 1e-4

@@ -261,7 +261,7 @@ class GRPOTrainer:
         self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
         self.dist = _distributed(cfg, self.model)  # one process: every collective is the identity
         self.tokenizer, self.task = tokenizer, task
-        self.sampler = generate if sampler is None else sampler
+        self.sample_completions = generate if sampler is None else sampler  # (lesson 07 uses self.sampler)
         self.max_len = cfg.max_completion_length or task.max_completion_length
         check_context_length(self.model, 1, self.max_len)  # a one-token prompt must fit; generate checks the rest
         self.ref = frozen_reference(self.model, cfg.beta, ref_model, torch.bfloat16 if cfg.bf16 else None)
@@ -287,7 +287,7 @@ class GRPOTrainer:
         problems = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.model.eval()  # no dropout while sampling (and scoring): one policy, one distribution
         with self.autocast():
-            gen = self.sampler(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len,
+            gen = self.sample_completions(self.model, self.tokenizer, [p.prompt for p in problems], G, self.max_len,
                                cfg.temperature, generator=self.gen, use_chat_template=cfg.use_chat_template,
                                system_prompt=cfg.system_prompt)
         per_row = [p for p in problems for _ in range(G)]
