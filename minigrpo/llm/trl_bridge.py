@@ -53,7 +53,8 @@ FIELDS: tuple[Mapping, ...] = (
     Mapping("kl_estimator", NONE, "TRL always uses k3 (our default); other estimators have no equivalent"),
     Mapping("epsilon", "epsilon"),
     Mapping("epsilon_high", "epsilon_high"),
-    Mapping("loss_type", "loss_type", "same four names and normalisers"),
+    Mapping("loss_type", "loss_type", "same four names and normalisers; across processes TRL's 'bnpo' averages "
+                                      "each process's token mean, ours is the global token mean"),
     Mapping("scale_rewards", "scale_rewards"),
     Mapping("num_iterations", "num_iterations"),
     Mapping("gradient_accumulation_steps", "gradient_accumulation_steps",
