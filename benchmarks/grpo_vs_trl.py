@@ -15,7 +15,7 @@ Presets (``--preset``):
 Random weights almost never sample an end-of-turn token, so completions run to the length limit in
 both trainers and the tokens per step are equal (the line "completion tokens/s" assumes it).
 
-    pip install -e ".[bench]"     # trl
+    pip install -e ".[course]"    # trl comes with the course extra
     python benchmarks/grpo_vs_trl.py --preset cpu [--steps 6]
     python benchmarks/grpo_vs_trl.py --preset gpu [--steps 6]
 """
@@ -192,7 +192,7 @@ def main() -> None:
         try:
             import trl
         except ImportError:
-            print("trl not installed (pip install -e '.[bench]'): ours only")
+            print("trl not installed (pip install -e '.[course]'): ours only")
             return
         theirs = measure(f"trl {trl.__version__}", time_trl, setup, args.steps, args.warmup) \
             if args.only != "ours" else None
