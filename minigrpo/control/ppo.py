@@ -168,7 +168,8 @@ PRESETS: dict[str, dict] = {
     "Pendulum-v1": dict(env_id="Pendulum-v1", num_envs=4, num_steps=1024, gamma=0.9, gae_lambda=0.95, update_epochs=10,
                         num_minibatches=64, learning_rate=1e-3, ent_coef=0.0, reward_scale=0.1,
                         total_timesteps=100_000),
-    # Lesson 04's settings: greedy evaluation >= 200 from about 150k env steps, 244 at 300k
+    # Lesson 04's settings: in its full-mode run on 2 CPU cores (2026-11-23) the greedy evaluation peaked
+    # at 189 (252k env steps) and ended at 135 at 300k: not solved on that seed (an earlier run reached 244)
     # (about a minute on 2 CPU cores).
     "LunarLander-v3": dict(env_id="LunarLander-v3", num_envs=8, num_steps=256, update_epochs=10, num_minibatches=8,
                            learning_rate=1e-3, ent_coef=0.01, clip_vloss=False, total_timesteps=300_000),

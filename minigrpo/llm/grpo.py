@@ -261,7 +261,7 @@ class GRPOTrainer:
         self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
         self.dist = _distributed(cfg, self.model)  # one process: every collective is the identity
         self.tokenizer, self.task = tokenizer, task
-        self.sample_completions = generate if sampler is None else sampler  # (lesson 07 uses self.sampler)
+        self.sample_completions = generate if sampler is None else sampler  # (lesson 07 plugs a stale sampler in)
         self.max_len = cfg.max_completion_length or task.max_completion_length
         check_context_length(self.model, 1, self.max_len)  # a one-token prompt must fit; generate checks the rest
         self.ref = frozen_reference(self.model, cfg.beta, ref_model, torch.bfloat16 if cfg.bf16 else None)

@@ -57,9 +57,9 @@ class Recipe:
 
 
 RECIPES: dict[str, Recipe] = {
-    # Seed 0 (lesson 06's full-mode run, CPU): SFT (600 steps, 26 s) gives held-out pass@1 0.160 /
-    # pass@8 0.635; GRPO (300 steps, 25 s) lifts pass@1 to 0.367 (0.36-0.43 over seeds 0-2 in the
-    # README's benchmark). Longer GRPO starts to memorise the ~1,100 training puzzles (held-out
+    # Seed 0 (lesson 06's full-mode run, 2-core CPU, 2026-11-23): SFT (600 steps) gives held-out
+    # pass@1 0.229 / pass@8 0.725; GRPO (300 steps) lifts pass@1 to 0.318 (+9 points; +21 and +26 on
+    # seeds 1 and 2 of benchmarks/grpo_llm.py on the same machine). Longer GRPO starts to memorise the ~1,100 training puzzles (held-out
     # pass@1 falls after ~300 steps).
     "countdown": Recipe(
         task="countdown",
