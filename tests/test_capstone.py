@@ -108,6 +108,19 @@ def test_imperfect_demonstrations_slip_the_share_asked_and_keep_the_answers():
         lab.imperfect_demonstrations(rows, error_rate=0.5, kinds=("typo",))
 
 
+def test_classify_completion_tells_the_mistakes_apart():
+    right = "<think>\nThe pens cost 3*4 = 12 dollars.\nMia gets 20-12 = 8 dollars in change.\n</think>\n<answer>8</answer>"
+    slipped = right.replace("= 12 d", "= 13 d").replace("20-12 = 8", "20-13 = 7").replace(">8<", ">7<")
+    misread = right.replace("3*4 = 12", "3*5 = 15").replace("20-12 = 8", "20-15 = 5").replace(">8<", ">5<")
+    cases = {(right, True): "right", (right, False): "malformed or unfinished", ("8", True): "malformed or unfinished",
+             (slipped, True): "a wrong step", (right.replace(">8<", ">12<"), True): "answer tag ≠ last step",
+             (misread, True): "other wrong",
+             ("<think>\nEach gets 79/8 = 9 stamps.\n</think>\n<answer>9</answer>", True): "a wrong step"}
+    for (text, finished), expected in cases.items():
+        assert lab.classify_completion(text, finished, "8") == expected, text
+    assert set(cases.values()) == set(lab.OUTCOMES)
+
+
 def test_pretrain_config_errors_name_the_field():
     with pytest.raises(ValueError, match="steps"):
         lab.PretrainConfig(steps=0)
@@ -198,6 +211,9 @@ def test_pretrain_sft_grpo_seeds_save_and_reload_connect(rows, base_folder, tmp_
         a = sequence_logprobs(runs[0].model, g.prompt_ids, g.prompt_mask, g.completion_ids)
         b = sequence_logprobs(reloaded, g.prompt_ids, g.prompt_mask, g.completion_ids)
     torch.testing.assert_close(a * g.completion_mask, b * g.completion_mask)
+    if not lora:
+        shares = lab.outcome_shares(runs[0].model, tok, task, num_generations=2)
+        assert set(shares) == set(lab.OUTCOMES) and abs(sum(shares.values()) - 1) < 1e-9
 
 
 def test_the_templates_named_exist():

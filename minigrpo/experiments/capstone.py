@@ -1,7 +1,7 @@
 """The capstone lesson's plumbing (lesson 12, GRPO on a pretrained model).
 
-On a machine with a hub and a GPU the lesson loads ``Qwen/Qwen2.5-0.5B-Instruct`` and needs none of
-this. Where no hub is reachable it makes its own pretrained model first, in the same shape (a Qwen2
+On a machine with a GPU and the hub the lesson loads ``Qwen/Qwen2.5-0.5B-Instruct`` and uses only the
+last three items below. Elsewhere it makes its own pretrained model first, in the same shape (a Qwen2
 checkpoint folder with a byte-level BPE tokenizer and a chat template), then runs the same workflow:
 
 - :func:`pretraining_documents`: word problems with their worked solutions as plain text (no chat
@@ -11,7 +11,11 @@ checkpoint folder with a byte-level BPE tokenizer and a chat template), then run
 - :func:`slip_solution` / :func:`imperfect_demonstrations`: the SFT data of an imperfect demonstrator,
   a share of whose worked solutions carry a slip (a wrong step, propagated, or a wrong final answer),
   as distilled data does;
-- :func:`grpo_seeds`: GRPO from one saved SFT checkpoint with several seeds, evaluated before and after.
+- :func:`grpo_seeds` / :func:`seed_table`: GRPO from one saved checkpoint with several seeds, each evaluated on
+  the held-out set; :func:`metric_series` reads a dashboard metric back per step;
+- :func:`classify_completion` / :func:`outcome_shares`: what kind of mistake each sampled completion makes;
+- :func:`save_policy` / :func:`load_policy`: ``save_pretrained`` of the weights (or LoRA adapters) and tokenizer,
+  and back.
 """
 
 from __future__ import annotations
@@ -28,9 +32,11 @@ import torch
 from tqdm.auto import tqdm
 
 from minigrpo._checks import at_least, check_config_types, in_unit_interval, positive
-from minigrpo.llm.gsm8k import SYSTEM_PROMPT, TEMPLATES, sft_target, word_problem
+from minigrpo.llm.gsm8k import (SYSTEM_PROMPT, TEMPLATES, correctness_reward, extract_answer, format_reward,
+                                normalize_number, sft_target, word_problem)
 from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.models import build_qwen_like, load_causal_lm
+from minigrpo.llm.sampling import generate
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.losses import token_logprobs
 from minigrpo.utils import model_device
@@ -156,9 +162,10 @@ def slip_solution(solution: str, rng: random.Random, kind: str | None = None) ->
     """A tag-format solution (``gsm8k.sft_target``) with one slip, as an imperfect demonstrator writes it.
 
     ``kind``: ``"step"``, one step's result is off (by ±1, ±2 or ±10) and the later steps carry the wrong number
-    on (a division is then written rounded down) to a wrong, non-negative final answer; ``"answer"``, the reasoning is right but
-    the answer tag holds the previous step's result (stopping a step early), or the result + 1 for a one-step
-    solution; None picks one at random. Either way the final answer is wrong.
+    on (a division is then written rounded down) to a wrong, non-negative final answer (if no such offset exists,
+    the answer slip instead); ``"answer"``, the reasoning is right but the answer tag holds the previous step's
+    result (stopping a step early), or the result + 1 for a one-step solution; None picks one at random. Either
+    way the final answer is wrong.
     """
     if kind is None:
         kind = rng.choice(("step", "answer"))
@@ -287,3 +294,42 @@ def metric_series(history: dict, key: str) -> tuple[np.ndarray, np.ndarray]:
     if len(values) != len(steps):
         steps = steps[np.asarray(history["skipped"]) == 0]
     return steps, values
+
+
+# ----------------------------------------------------------------------------- what kind of mistakes
+
+#: The kinds of sampled completion :func:`classify_completion` tells apart, in the order it checks them.
+OUTCOMES = ("right", "malformed or unfinished", "a wrong step", "answer tag ≠ last step", "other wrong")
+
+
+def classify_completion(text: str, finished: bool, answer: str) -> str:
+    """What a completion did, as one of :data:`OUTCOMES`: right; not ended or not in the tag format; a step whose
+    arithmetic is wrong (``a op b = c`` with c ≠ a op b; a division must be exact); the steps right but the answer
+    tag not the last step's result (the demonstrator's "answer" slip); or wrong otherwise (e.g. a number misread
+    from the question, or the wrong operation)."""
+    if correctness_reward([None], [text], answer=[answer])[0] and finished:
+        return "right"
+    if not finished or not format_reward([None], [text])[0]:
+        return "malformed or unfinished"
+    steps = [(int(a), op, int(b), int(c)) for a, op, b, c in _STEP.findall(text)]
+    if any(b * c != a if op == "/" else _result(a, op, b) != c for a, op, b, c in steps):
+        return "a wrong step"
+    if steps and normalize_number(extract_answer(text)) != str(steps[-1][3]):
+        return "answer tag ≠ last step"
+    return "other wrong"
+
+
+@torch.no_grad()
+def outcome_shares(model, tokenizer, task, num_generations: int = 8, seed: int = 0) -> dict[str, float]:
+    """The share of each of :data:`OUTCOMES` among ``num_generations`` samples (temperature 1) per held-out problem
+    of ``task`` (whose problems carry an ``answer`` column)."""
+    counts = dict.fromkeys(OUTCOMES, 0)
+    gen = torch.Generator(model_device(model)).manual_seed(seed)
+    for i in range(0, len(task.eval_set), 50):
+        chunk = task.eval_set[i:i + 50]
+        out = generate(model, tokenizer, [p.prompt for p in chunk], num_generations, task.max_completion_length, 1.0,
+                       generator=gen)
+        for j, (text, done) in enumerate(zip(out.texts(tokenizer), out.finished.tolist())):
+            counts[classify_completion(text, done, str(dict(chunk[j // num_generations].meta)["answer"]))] += 1
+    total = sum(counts.values())
+    return {k: v / total for k, v in counts.items()}
