@@ -76,7 +76,9 @@ class DiffusionGRPOConfig:
     logprob_reduction: str = "mean"  #: "mean" or "sum" of the per-pixel log-density (DDPO: mean)
     learning_rate: float = 1e-4  #: AdamW step size
     beta: float = 0.0  #: weight of the exact per-step KL(π_θ ‖ π_base); 0 keeps no reference copy
-    epsilon: float = 0.2  #: lower clip range ε on the per-step ratio (pair a small ε with "mean")
+    #: lower clip range ε on the per-step ratio. 1e-3 pairs with the per-pixel "mean" (lesson 09 §12: a mean
+    #: log-ratio is ~D times smaller than the image's, so an LLM's 0.2 would almost never clip); with "sum" use ~0.2
+    epsilon: float = 1e-3
     epsilon_high: float | None = None  #: upper clip range (None: = epsilon)
     adv_clip_max: float = 5.0  #: advantages are clipped to ±this (DDPO: train_adv_clip_max)
     scale_rewards: str = "group"  #: "group", "batch" or "none" (see group_advantages)
