@@ -129,7 +129,11 @@ class DiffusionGRPOConfig:
 
 
 def make_process(scheduler, cfg: DiffusionGRPOConfig, model_fn: ModelFn = unet_output) -> ReverseProcess:
-    """The reverse process the trainer samples with: DDIM (ᾱ_final = ᾱ_0, every step stochastic) or DDPM."""
+    """The reverse process the trainer samples with: DDIM (ᾱ_final = ᾱ_0, every step stochastic) or DDPM;
+    for a ``FlowMatchEulerDiscreteScheduler``, Flow-GRPO's SDE sampler with noise level ``cfg.eta``."""
+    if type(scheduler).__name__.startswith("FlowMatch"):
+        from minigrpo.diffusion.flow import FlowProcess
+        return FlowProcess(scheduler, cfg.num_inference_steps, cfg.eta, model_fn=model_fn)
     if cfg.sampler == "ddim":
         sched = scheduler if type(scheduler).__name__.startswith("DDIM") else ddim_scheduler(scheduler)
     else:
