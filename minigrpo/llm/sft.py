@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minigrpo.distributed import Distributed
 from minigrpo._checks import at_least, check_config_types, in_unit_interval, non_negative, positive
 from minigrpo.llm.models import enable_gradient_checkpointing
 from minigrpo.llm.sampling import check_context_length, end_of_turn_ids, generate, prompt_token_ids
@@ -73,39 +74,76 @@ def sft_batch(tokenizer, problems: list[Problem], device="cpu", use_chat_templat
     return ids.to(device), attn.to(device), loss_mask.to(device)
 
 
+class SFTTrainer:
+    """Teacher-forced fine-tuning, one optimizer step per :meth:`step` (TRL's name for the same job).
+
+    Several processes (``accelerate launch``, ``torchrun``; ``minigrpo.distributed``): each draws its own
+    ``batch_size`` problems (its own seed: the global batch is N × ``batch_size``), the loss is normalised by the
+    answer tokens of *every* process and the gradients are summed, so the step is the one-process step of the global
+    batch. Every rank starts from rank 0's weights; in one process nothing changes.
+    """
+
+    def __init__(self, model, tokenizer, task: Task, config: SFTConfig | None = None):
+        self.cfg = cfg = config or SFTConfig()
+        self.model, self.tokenizer, self.task = model, tokenizer, task
+        self.dist = Distributed()  # one process: every collective is the identity
+        self.dist.broadcast_parameters(model)
+        self.rng = random.Random(self.dist.seed(cfg.seed))  # rank 0: cfg.seed; the other ranks their own
+        self.device, self.end_id = model_device(model), end_of_turn_ids(model, tokenizer)[0]
+        if cfg.gradient_checkpointing:
+            enable_gradient_checkpointing(model)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, foreach=True)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / cfg.steps)))
+
+    def sample_problems(self) -> list[Problem]:
+        """This process's ``batch_size`` demonstrations (with ``demo_error_rate``, some are a teacher's slips)."""
+        cfg, rng = self.cfg, self.rng
+        problems = [self.task.sample(rng) for _ in range(cfg.batch_size)]
+        if cfg.demo_error_rate:  # an imperfect teacher: some demonstrations are wrong
+            problems = [replace(p, answer=self.task.noisy_answer(p, rng)) if rng.random() < cfg.demo_error_rate
+                        else p for p in problems]
+        return problems
+
+    def compute_loss(self, problems: list[Problem]) -> torch.Tensor:
+        """The negative log-likelihood of the answer (and end) tokens of ``problems``, divided by the answer tokens
+        of the global batch: this process's share of the global token-mean loss."""
+        cfg = self.cfg
+        ids, attn, mask = sft_batch(self.tokenizer, problems, self.device, use_chat_template=cfg.use_chat_template,
+                                    system_prompt=cfg.system_prompt, end_id=self.end_id)
+        check_context_length(self.model, ids.shape[1], 0)
+        with autocast_bf16(self.device, cfg.bf16):
+            logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+        logp = token_logprobs(logits, ids)  # chunked: no [B, T, V] float32 copy of the logits
+        return -(logp * mask).sum() / self.dist.sum(mask.sum().item())  # the normaliser counts every rank's tokens
+
+    def step(self, problems: list[Problem] | None = None) -> float:
+        """One optimizer step on ``problems`` (default: :meth:`sample_problems`); returns the global batch's loss."""
+        self.model.train()
+        loss = self.compute_loss(self.sample_problems() if problems is None else problems)
+        self.opt.zero_grad()
+        loss.backward()
+        self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global one: sum them
+        self.opt.step()
+        self.sched.step()
+        return self.dist.sum(loss.item())  # the shares add up to the global token mean
+
+    def train(self, progress: bool = True) -> dict:
+        """``steps`` steps with a progress bar (rank 0's); returns ``{"step": [...], "loss": [...]}``."""
+        hist = {"step": [], "loss": []}
+        bar = tqdm(range(1, self.cfg.steps + 1), desc=f"SFT {self.task.name}", disable=not progress or not
+                   self.dist.is_main)
+        for step in bar:
+            hist["step"].append(step)
+            hist["loss"].append(self.step())
+        self.model.eval()
+        return hist
+
+
 def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, progress: bool = True) -> dict:
     """Fine-tune ``model`` in place (its trainable parameters); returns ``{"step": [...], "loss": [...]}``."""
-    cfg = config or SFTConfig()
-    rng = random.Random(cfg.seed)
-    device, end_id = model_device(model), end_of_turn_ids(model, tokenizer)[0]
-    if cfg.gradient_checkpointing:
-        enable_gradient_checkpointing(model)
-    params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, foreach=True)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: 0.1 + 0.9 * 0.5 * (1 + np.cos(np.pi * min(s, cfg.steps) / cfg.steps)))
-    model.train()
-    hist = {"step": [], "loss": []}
-    for step in tqdm(range(1, cfg.steps + 1), desc=f"SFT {task.name}", disable=not progress):
-        problems = [task.sample(rng) for _ in range(cfg.batch_size)]
-        if cfg.demo_error_rate:  # an imperfect teacher: some demonstrations are wrong
-            problems = [replace(p, answer=task.noisy_answer(p, rng)) if rng.random() < cfg.demo_error_rate else p
-                        for p in problems]
-        ids, attn, mask = sft_batch(tokenizer, problems, device, use_chat_template=cfg.use_chat_template,
-                                    system_prompt=cfg.system_prompt, end_id=end_id)
-        check_context_length(model, ids.shape[1], 0)
-        with autocast_bf16(device, cfg.bf16):
-            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
-        logp = token_logprobs(logits, ids)  # chunked: no [B, T, V] float32 copy of the logits
-        loss = -(logp * mask).sum() / mask.sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        hist["step"].append(step)
-        hist["loss"].append(loss.item())
-    model.eval()
-    return hist
+    return SFTTrainer(model, tokenizer, task, config).train(progress)
 
 
 @torch.no_grad()
