@@ -335,25 +335,51 @@ def cmd_train(args: argparse.Namespace) -> int:
         recipe = replace(recipe, grpo=replace(grpo, output_dir=str(out),
                                               logging_dir=grpo.logging_dir or str(out / "logs")))
         device = _train_device(args.device)
+        peft_config = _lora_config(args)
         model, tokenizer = _load_model(args.model, device) if args.model else (None, None)
     except (ValueError, TypeError, ImportError, RuntimeError) as exc:
         _error("train", _one_line(exc))
         return 2
     what = args.model or f"the recipe's own tiny {recipe.arch} model"
     sft = f"SFT {recipe.sft.steps} steps, then " if recipe.sft is not None else ""
+    lora = f" (LoRA r={peft_config.r}, alpha={peft_config.lora_alpha})" if peft_config is not None else ""
     main = is_main_process()  # under `accelerate launch`, rank 0 prints and writes; the others train
     if main:
         print(f"training {what} on {device} with the {args.recipe} recipe{' (smoke)' if args.smoke else ''}"
-              f"{_processes()}: {sft}GRPO {recipe.grpo.max_steps} steps; writing {_shown(out)}", flush=True)
+              f"{_processes()}: {sft}GRPO {recipe.grpo.max_steps} steps{lora}; writing {_shown(out)}", flush=True)
     try:
-        result = run_recipe(recipe, seed=args.seed, progress=main, model=model, tokenizer=tokenizer, device=device)
+        result = run_recipe(recipe, seed=args.seed, progress=main, model=model, tokenizer=tokenizer, device=device,
+                            peft_config=peft_config)
     except (ValueError, TypeError) as exc:  # a bad setting found once the model and data are there
         _error("train", _one_line(exc))
         return 2
     if main:
-        save_run(out, recipe, result, model=args.model, seed=args.seed, smoke=args.smoke, device=str(device))
+        lora_record = None if peft_config is None else {"r": peft_config.r, "alpha": peft_config.lora_alpha,
+                                                        "target_modules": "all-linear"}
+        save_run(out, recipe, result, model=args.model, seed=args.seed, smoke=args.smoke, device=str(device),
+                 lora=lora_record)
         print(_summary(result, out, recipe.grpo.num_generations))
     return 0
+
+
+def _lora_config(args: argparse.Namespace):
+    """``--lora``: a ``peft.LoraConfig`` with TRL's field names behind it (``lora.ModelConfig``): rank
+    ``--lora-r``, scale ``--lora-alpha`` (default 2r), adapters on every linear layer, no dropout (so that
+    the sampler and the trainer compute the same policy); None without ``--lora``."""
+    if not args.lora:
+        if args.lora_r is not None or args.lora_alpha is not None:
+            raise ValueError("--lora-r and --lora-alpha need --lora")
+        return None
+    from minigrpo.llm.lora import ModelConfig, get_peft_config
+
+    r = 16 if args.lora_r is None else args.lora_r
+    alpha = 2 * r if args.lora_alpha is None else args.lora_alpha
+    try:
+        cfg = ModelConfig(use_peft=True, lora_r=r, lora_alpha=alpha, lora_dropout=0.0, lora_target_modules="all-linear")
+    except ValueError as exc:  # "ModelConfig.lora_r must be > 0, got 0": name the command-line option instead
+        raise ValueError(str(exc).replace("ModelConfig.lora_r", "--lora-r").replace("ModelConfig.lora_alpha",
+                                                                                     "--lora-alpha")) from None
+    return get_peft_config(cfg)
 
 
 def _train_device(name: str | None):
@@ -435,7 +461,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="examples:\n"
                "  minigrpo train llm --recipe gsm8k --smoke\n"
                "  minigrpo train llm --recipe gsm8k --model Qwen/Qwen2.5-0.5B-Instruct sft=none grpo.max_steps=100\n"
-               "  minigrpo train llm --recipe countdown grpo.learning_rate=1e-4 beta=0.04\n\n"
+               "  minigrpo train llm --recipe countdown grpo.learning_rate=1e-4 beta=0.04\n"
+               "  minigrpo train llm --recipe gsm8k --model Qwen/Qwen2.5-0.5B-Instruct --lora sft=none "
+               "grpo.learning_rate=2e-5\n\n"
                "overrides: FIELD=VALUE, FIELD a Recipe field (arch, sft=none, ...), sft.<SFTConfig field>, "
                "grpo.<GRPOConfig field>,\ntask_kwargs.<key> or model_kwargs.<key>; a bare GRPOConfig or SFTConfig field "
                "name when only one has it.")
@@ -447,6 +475,13 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--output", metavar="DIR", help="where to write (default: runs/<recipe>-<timestamp>)")
     train.add_argument("--seed", type=int, default=0, help="seeds the model, the data stream and sampling (default: 0)")
     train.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: the best available)")
+    train.add_argument("--lora", action="store_true",
+                       help="GRPO trains LoRA adapters on every linear layer (peft) instead of every weight; the "
+                            "reference policy is the model with them switched off, and checkpoints hold the adapters. "
+                            "Adapters usually want a ~10x larger grpo.learning_rate")
+    train.add_argument("--lora-r", type=int, metavar="R", help="the adapters' rank (default: 16; needs --lora)")
+    train.add_argument("--lora-alpha", type=int, metavar="ALPHA",
+                       help="the adapters' scale: the update is (ALPHA / R)·B·A (default: 2R; needs --lora)")
     train.add_argument("overrides", nargs="*", metavar="FIELD=VALUE", help="config overrides (see below)")
     train.set_defaults(func=cmd_train)
 

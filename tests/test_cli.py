@@ -328,6 +328,27 @@ def test_train_llm_on_a_saved_model_writes_a_checkpoint_and_results(tmp_path, mo
     assert model.config.hidden_size == 32
 
 
+def test_train_llm_lora_trains_and_saves_only_the_adapters(tmp_path, monkeypatch, capsys):
+    """``--lora``: GRPO wraps the model with adapters of the rank and scale asked, on every linear layer; the
+    checkpoint holds the adapters (no full weights), and results.json records them."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import torch
+
+    torch.set_num_threads(1)
+    out = tmp_path / "run"
+    argv = ["train", "llm", "--recipe", "sort", "--smoke", "--output", str(out), "--device", "cpu", "--lora",
+            "--lora-r", "4", "sft.steps=1", "grpo.max_steps=1", "model_kwargs.hidden_size=32", "model_kwargs.num_layers=1"]
+    assert main(argv) == 0
+    assert "GRPO 1 steps (LoRA r=4, alpha=8)" in capsys.readouterr().out
+    saved = out / "checkpoint-1"
+    adapter = json.loads((saved / "adapter_config.json").read_text())
+    assert (adapter["r"], adapter["lora_alpha"], adapter["lora_dropout"]) == (4, 8, 0.0)
+    linear = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}  # lm_head: never
+    assert {name.rsplit(".", 1)[-1] for name in adapter["target_modules"]} == linear
+    assert not (saved / "model.safetensors").exists()
+    assert json.loads((out / "results.json").read_text())["lora"] == {"r": 4, "alpha": 8, "target_modules": "all-linear"}
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--recipe", "gsm9k"], "minigrpo train: no recipe 'gsm9k' (did you mean gsm8k?); recipes: countdown, sort, "
                             "addition, gsm8k"),
@@ -340,6 +361,9 @@ def test_train_llm_on_a_saved_model_writes_a_checkpoint_and_results(tmp_path, mo
     (["--recipe", "sort", "steps"], "minigrpo train: override 'steps' must be field=value, e.g. grpo.max_steps=10"),
     (["--recipe", "sort", "--device", "cpu", "--model", "MISSING"], "minigrpo train: no model folder at MISSING"),
     (["--recipe", "sort", "--device", "cpu", "--model", "EMPTY"], "minigrpo train: cannot load a model from 'EMPTY'"),
+    (["--recipe", "sort", "--lora-r", "8"], "minigrpo train: --lora-r and --lora-alpha need --lora"),
+    (["--recipe", "sort", "--lora", "--lora-r", "0"], "minigrpo train: --lora-r must be > 0, got 0"),
+    (["--recipe", "sort", "--lora", "--lora-alpha", "-2"], "minigrpo train: --lora-alpha must be > 0, got -2"),
 ])
 def test_train_llm_errors_are_one_line(argv, message, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -138,11 +138,12 @@ def build_task(recipe: Recipe, tokenizer=None) -> Task:
 
 
 def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: bool = True, model=None,
-               tokenizer=None, device: str | torch.device | None = None) -> RecipeResult:
+               tokenizer=None, device: str | torch.device | None = None, peft_config=None) -> RecipeResult:
     """SFT, evaluate, GRPO, evaluate again (held-out set, G samples each).
 
     Without ``model``, a fresh tiny model of the recipe's architecture and its character tokenizer
     (on ``device``, default CPU); with one (and its ``tokenizer``), that model, e.g. from ``load_causal_lm``.
+    ``peft_config`` (e.g. ``peft.LoraConfig``): GRPO trains LoRA adapters (SFT, if any, trains every weight first).
     """
     if (model is None) != (tokenizer is None):
         raise ValueError("run_recipe needs both model and tokenizer, or neither (the recipe's own tiny model)")
@@ -161,7 +162,8 @@ def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: b
     sft_eval = evaluate_task(model, tok, task, num_generations=G, seed=seed) if evaluate else {}
     times["eval"] = time.perf_counter() - t
     t = time.perf_counter()
-    result = train_grpo(model, tok, task, replace(recipe.grpo, seed=seed, eval_every=0), progress=progress)
+    result = train_grpo(model, tok, task, replace(recipe.grpo, seed=seed, eval_every=0), progress=progress,
+                        peft_config=peft_config)
     times["grpo"] = time.perf_counter() - t
     t = time.perf_counter()
     grpo_eval = evaluate_task(result.model, tok, task, num_generations=G, seed=seed) if evaluate else {}
