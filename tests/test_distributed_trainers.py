@@ -79,3 +79,76 @@ def test_sft_two_processes_take_the_one_process_step_of_the_global_batch(tmp_pat
             torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-15)
         for a, b in zip(params, p2):
             torch.testing.assert_close(b, a, rtol=1e-12, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- diffusion GRPO
+
+DIFF_PROMPTS, DIFF_G = 4, 4  # global batch: 4 prompts x G = 4 chains; each of 2 ranks holds 2 whole groups
+#: (scale_rewards, beta, num_iterations): the batch std gathered; the KL term; a second pass where ρ != 1
+DIFF_CASES = [("group", 0.1, 2), ("batch", 0.0, 1)]
+
+
+def _diffusion_trainer(case, prompts, seed=0):
+    from minigrpo.diffusion.grpo import DiffusionGRPOConfig, DiffusionGRPOTrainer
+    from minigrpo.diffusion.models import make_scheduler, make_unet
+    from minigrpo.diffusion.rewards import ink_reward
+
+    scale, beta, mu = case
+    cfg = DiffusionGRPOConfig(prompts_per_step=prompts, num_generations=DIFF_G, num_inference_steps=4, beta=beta,
+                              num_iterations=mu, scale_rewards=scale, timestep_fraction=0.5, learning_rate=1e-2,
+                              epsilon=1e-3)
+    model = make_unet(8, 10, (8, 16), 1, 4, seed=seed).double()
+    return DiffusionGRPOTrainer(model, make_scheduler(20), ink_reward, cfg)
+
+
+def _rollout_rows(ro, rows: slice):
+    """The chains ``rows`` of a one-process rollout (with their steps and reference means)."""
+    import dataclasses
+
+    chain = dataclasses.replace(ro.chain, xs=ro.chain.xs[:, rows], logprobs=ro.chain.logprobs[rows],
+                                labels=ro.chain.labels[rows])
+    ref_mean = None if ro.ref_mean is None else ro.ref_mean[rows]
+    return dataclasses.replace(ro, chain=chain, labels=ro.labels[rows], rewards=ro.rewards[rows],
+                               advantages=ro.advantages[rows], steps=ro.steps[rows], ref_mean=ref_mean)
+
+
+def _diffusion_rank(rank, rollouts):
+    torch.set_default_dtype(torch.float64)
+    out = []
+    for case, ro in zip(DIFF_CASES, rollouts):
+        trainer = _diffusion_trainer(case, DIFF_PROMPTS // 2, seed=5 * rank)  # the broadcast must fix rank 1
+        half = DIFF_PROMPTS // 2 * DIFF_G
+        mine = _rollout_rows(ro, slice(rank * half, (rank + 1) * half))
+        mine.advantages = trainer.advantages(mine.rewards)  # through the gather: the batch std is global
+        metrics = trainer.update(mine)
+        out.append((metrics, *_params_and_grads(trainer.model)))
+    return out
+
+
+def test_diffusion_grpo_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path):
+    """Float64 tiny UNet, one global rollout of 4 prompts x 4 chains per case (group scaling with β = 0.1 and μ = 2;
+    batch scaling): two gloo processes holding two groups each recompute the advantages through the gathered
+    rewards and end with the one-process gradients and parameters to 1e-10 relative; the gathered reward metrics
+    and the grad norm agree too."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)  # the sampler's noise in float64 too
+    try:
+        rollouts, expected = [], []
+        for case in DIFF_CASES:
+            trainer = _diffusion_trainer(case, DIFF_PROMPTS)
+            ro = trainer.rollout()
+            assert ro.rewards.view(DIFF_PROMPTS, DIFF_G).std(1).min() > 0
+            rollouts.append(ro)
+            expected.append((trainer.update(ro), *_params_and_grads(trainer.model)))
+    finally:
+        torch.set_default_dtype(previous)
+    ranks = run_two_processes(_diffusion_rank, (rollouts,), tmp_path)
+    for case, (metrics, params, grads) in zip(DIFF_CASES, expected):
+        for got in ranks:
+            m2, p2, g2 = got[DIFF_CASES.index(case)]
+            for key in ("reward", "reward_std", "frac_reward_zero_std", "grad_norm"):
+                assert m2[key] == pytest.approx(metrics[key], rel=1e-10), (case, key)
+            for a, b in zip(grads, g2):
+                torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-13)
+            for a, b in zip(params, p2):
+                torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-10)

@@ -30,6 +30,13 @@ Metrics carry TRL's names where TRL logs the quantity, as the LLM trainer's: ``r
 With μ = 1 and one minibatch the ratio is exactly 1 and the gradient is REINFORCE over the chain with
 the group mean as baseline; the clip only acts once the weights have moved within a batch.
 
+Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.distributed``): each rank samples
+``prompts_per_step`` whole groups with its own seed (a global batch of N × ``prompts_per_step`` prompts); the rewards
+are gathered (``scale_rewards="batch"`` and the reward metrics see the global batch), each minibatch's loss is
+normalised by the (chain, step) elements of every rank and the gradients are summed, so an optimizer step is the
+one-process step of the global minibatch; the other metrics are averaged over the ranks; only rank 0 shows progress,
+logs and saves. In one process nothing changes.
+
 Config names follow TRL's GRPOConfig where the concept is the same (num_generations, beta, epsilon,
 epsilon_high, num_iterations, scale_rewards, learning_rate, max_grad_norm); the diffusion-specific ones
 follow the DDPO reference implementation (github.com/kvablack/ddpo-pytorch, ``config.sample`` /
@@ -52,6 +59,7 @@ from tqdm.auto import tqdm
 from minigrpo._checks import (at_least, check_config_types, check_finite, config_error, non_negative, one_of,
                               positive)
 from minigrpo.advantages import SCALES, group_advantages
+from minigrpo.distributed import Distributed
 from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProcess, ddim_scheduler,
                                         gaussian_kl_same_std, unet_output)
 from minigrpo.grpo_common import frozen_reference, mean_of, reward_metrics
@@ -239,10 +247,12 @@ class DiffusionGRPOTrainer:
                  ref_model=None, model_fn: ModelFn = unet_output):
         self.cfg = cfg = config or DiffusionGRPOConfig()
         self.model, self.reward_fn = model, reward_fn
+        self.dist = Distributed()  # one process: every collective is the identity
+        self.dist.broadcast_parameters(model)  # every rank starts from rank 0's weights (and copies its reference)
         self.process = make_process(scheduler, cfg, model_fn)
         self.ref = frozen_reference(model, cfg.beta, ref_model)
         self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.gen = torch.Generator().manual_seed(self.dist.seed(cfg.seed))  # rank 0: cfg.seed; the others their own
         self.step_count = 0
         self.history: dict[str, list] = {}
 
@@ -262,8 +272,7 @@ class DiffusionGRPOTrainer:
         self.model.eval()  # one policy: the same function samples and is scored (no dropout anywhere)
         chain = self.process.sample(self.model, labels, generator=self.gen, reduction=cfg.logprob_reduction)
         rewards = check_rewards(self.reward_fn(chain.images, labels), labels.numel())
-        adv = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
-        adv = adv.clamp(-cfg.adv_clip_max, cfg.adv_clip_max).to(device)
+        adv = self.advantages(rewards).to(device)
         B = labels.numel()
         trainable = chain.stochastic & (chain.stds >= cfg.min_step_std)
         steps = select_steps(trainable, B, cfg.timestep_fraction, self.gen).to(device)
@@ -276,32 +285,49 @@ class DiffusionGRPOTrainer:
                                             labels[b])[0].view(B, n, *chain.xs.shape[2:])
         return DiffusionRollout(chain, labels, rewards, adv, steps, ref_mean, sample_time)
 
+    def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
+        """This rank's group advantages ``[B]``, clipped to ±``adv_clip_max``; the rewards of every rank are gathered
+        first, so ``scale_rewards="batch"`` divides by the global batch's std (the groups themselves are local)."""
+        cfg = self.cfg
+        everyone = self.dist.gather(rewards)
+        adv = group_advantages(everyone, cfg.num_generations, cfg.scale_rewards)[self.dist.local(rewards.numel())]
+        return adv.clamp(-cfg.adv_clip_max, cfg.adv_clip_max)
+
     def optimizer_step(self, loss: torch.Tensor) -> float:
-        """Backward, clip the global gradient norm, step AdamW; returns the norm before clipping."""
+        """Backward, sum the gradients over the processes (if several), clip the global gradient norm, step AdamW;
+        returns the norm before clipping."""
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
+        self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global minibatch's: sum them
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
         self.opt.step()
         return grad_norm
 
     def step(self) -> dict[str, float]:
         """One GRPO step: a rollout, then μ passes over it in ``num_minibatches`` optimizer steps."""
-        cfg, t0 = self.cfg, time.perf_counter()
-        ro = self.rollout()
+        t0 = time.perf_counter()
+        return self.update(self.rollout(), t0)
+
+    def update(self, ro: DiffusionRollout, t0: float | None = None) -> dict[str, float]:
+        """μ passes over a rollout in ``num_minibatches`` optimizer steps; returns the step's metrics (reduced over
+        the processes, if several) and records them in the history. ``t0``: when the step began."""
+        cfg, t0 = self.cfg, time.perf_counter() if t0 is None else t0
         B = ro.labels.numel()
         stats, grad_norms = [], []
         for _ in range(cfg.num_iterations):
             perm = torch.randperm(B, generator=self.gen).to(ro.labels.device)
             for mb in perm.chunk(cfg.num_minibatches):
                 loss, st = self.compute_loss(ro, mb)
-                grad_norms.append(self.optimizer_step(loss))
+                local = mb.numel() * ro.steps.shape[1]  # (chain, step) elements: the loss is their mean
+                grad_norms.append(self.optimizer_step(loss * (local / self.dist.sum(local))))  # 1 in one process
                 st["loss"] = loss.item()
                 stats.append(st)
         self.step_count += 1
-        metrics, _ = reward_metrics(ro.rewards, cfg.num_generations)
+        metrics, _ = reward_metrics(self.dist.gather(ro.rewards), cfg.num_generations)
         metrics.update(grad_norm=float(np.mean(grad_norms)), sample_time=ro.sample_time,
                        step_time=time.perf_counter() - t0)
         metrics.update(mean_of(stats, STEP_STATS))
+        metrics = self.dist.reduce_metrics(metrics)
         for key, v in metrics.items():
             self.history.setdefault(key, []).append(v)
         return metrics
@@ -331,14 +357,16 @@ class DiffusionGRPOTrainer:
         folder = resolve_checkpoint(cfg, resume)
         if folder is not None:
             self.load_checkpoint(folder)
-        bar = tqdm(range(self.step_count + 1, cfg.max_steps + 1), desc="GRPO (diffusion)", disable=not progress,
+        bar = tqdm(range(self.step_count + 1, cfg.max_steps + 1), desc="GRPO (diffusion)",
+                   disable=not progress or not self.dist.is_main,
                    initial=self.step_count, total=cfg.max_steps)
         with Tracker(cfg.report_to, cfg.logging_dir, "diffusion-grpo", asdict(cfg)) as tracker:
             for step in bar:
                 m = self._record(step)
                 if should_log(step, cfg.logging_steps, cfg.max_steps):
                     tracker.log(m, step, prefix="train/")
-                if cfg.output_dir is not None and should_save(step, cfg.save_steps, cfg.max_steps):
+                due = cfg.output_dir is not None and should_save(step, cfg.save_steps, cfg.max_steps)
+                if due and self.dist.is_main:  # only rank 0 writes
                     self.save_checkpoint()
                 bar.set_postfix({k: f"{m[k]:.3f}" for k in ("reward", "clip_ratio/region_mean") if k in m})
                 if callback is not None:
