@@ -5,6 +5,10 @@
   model plays for a text-to-image model: a learned judge of "does the image match the prompt".
   ``kind="prob"`` is p(prompt | image) ∈ [0, 1] (saturates near 1), ``kind="logprob"`` its log
   (unbounded below, keeps pushing on the worst samples).
+- :func:`digits_judge` — an **independent judge** to report next to the optimised reward: another
+  architecture (:class:`DigitMLP`, no convolutions) trained on the other half of the training digits
+  (``digits_classifier(half=0)`` is the reward, ``half=1`` the judge), so a blind spot the policy finds in the
+  reward's CNN is unlikely to be shared.
 - :func:`ink_reward` — the mean brightness of the image: a cheap image statistic that is easy to
   raise without drawing a better digit, for the reward-hacking demonstration.
 - :func:`smoothness_reward` — minus the total variation, a pure-torch stand-in for JPEG
@@ -50,17 +54,40 @@ class DigitClassifier(nn.Module):
         return self.head(self.features(x).flatten(1))
 
 
+class DigitMLP(nn.Module):
+    """A judge of another architecture: pixels → two ReLU layers → logits (~40k parameters, no convolutions)."""
+
+    def __init__(self, image_size: int = 16, channels: int = 1, num_classes: int = 10, width: int = 128):
+        super().__init__()
+        self.config = {"image_size": image_size, "channels": channels, "num_classes": num_classes, "width": width}
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(channels * image_size**2, width), nn.ReLU(),
+                                 nn.Linear(width, width // 2), nn.ReLU(), nn.Linear(width // 2, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+#: The classifier architectures: ``arch`` name → (class, default width).
+ARCHS = {"cnn": (DigitClassifier, 16), "mlp": (DigitMLP, 128)}
+
+
 def train_classifier(images: torch.Tensor, labels: torch.Tensor, epochs: int = 15, batch_size: int = 64,
-                     lr: float = 3e-3, noise_std: float = 0.1, seed: int = 0, width: int = 16) -> DigitClassifier:
-    """Train :class:`DigitClassifier` on ``images`` ``[N, C, H, W]`` in [-1, 1] with labels ``[N]``.
+                     lr: float = 3e-3, noise_std: float = 0.1, seed: int = 0, width: int | None = None,
+                     arch: str = "cnn") -> nn.Module:
+    """Train a classifier (``arch``: ``"cnn"``, :class:`DigitClassifier`, or ``"mlp"``, :class:`DigitMLP`) on
+    ``images`` ``[N, C, H, W]`` in [-1, 1] with labels ``[N]``; ``width`` defaults to the architecture's.
 
     A little Gaussian noise on the inputs (``noise_std``) makes it less brittle on generated images,
     which are never quite like the training digits.
     """
     _check_batch(images, labels)
+    if arch not in ARCHS:
+        raise ValueError(f"arch must be one of {tuple(ARCHS)}, got {arch!r}")
+    cls, default_width = ARCHS[arch]
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
-    model = DigitClassifier(images.shape[-1], images.shape[1], int(labels.max()) + 1, width)
+    model = cls(images.shape[-1], images.shape[1], int(labels.max()) + 1, width or default_width)
+    model.config["arch"] = arch
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     n = images.shape[0]
     for _ in range(epochs):
@@ -75,28 +102,48 @@ def train_classifier(images: torch.Tensor, labels: torch.Tensor, epochs: int = 1
     return model.eval().requires_grad_(False)
 
 
+def training_half(images: torch.Tensor, labels: torch.Tensor, half: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training digits a classifier learns from: all of the training split (``half=None``), or one of its two
+    disjoint, class-stratified halves (``half=0`` or ``1``). The held-out 20 % split is never in either."""
+    from minigrpo.diffusion.data import train_test_split
+
+    if half not in (None, 0, 1):
+        raise ValueError(f"half must be None (the whole training split), 0 or 1, got {half!r}")
+    x_train, y_train, _, _ = train_test_split(images, labels, test_fraction=0.2, seed=0)
+    if half is None:
+        return x_train, y_train
+    x0, y0, x1, y1 = train_test_split(x_train, y_train, test_fraction=0.5, seed=1)
+    return (x0, y0) if half == 0 else (x1, y1)
+
+
 def digits_classifier(image_size: int = 16, seed: int = 0, cache_dir: str | Path | None = None,
-                      **train_kwargs) -> tuple[DigitClassifier, float]:
-    """The judge for prompt alignment, trained on the training split of the digits and cached on disk.
+                      half: int | None = None, **train_kwargs) -> tuple[nn.Module, float]:
+    """A digit classifier trained on the training split of the digits (or one half of it) and cached on disk.
 
     Returns ``(classifier, accuracy on the held-out split)`` (the fixed 20 % split of
-    :func:`minigrpo.diffusion.data.train_test_split`). The cache file's name hashes every setting,
-    so changing one retrains (a few seconds). Default folder: the base model's cache folder.
+    :func:`minigrpo.diffusion.data.train_test_split`, shared by every classifier here). ``half`` picks the
+    training digits (:func:`training_half`); ``train_kwargs`` go to :func:`train_classifier` (``arch="mlp"``
+    for the other architecture). The cache file's name hashes every setting, so changing one retrains (a few
+    seconds). Default folder: the base model's cache folder.
     """
     from minigrpo.diffusion.data import load_digits_images, train_test_split
     from minigrpo.diffusion.ddpm import default_cache_dir
 
-    x_train, y_train, x_test, y_test = train_test_split(*load_digits_images(image_size), test_fraction=0.2, seed=0)
-    settings = {"image_size": image_size, "seed": seed, **train_kwargs}
+    images, labels = load_digits_images(image_size)
+    x_fit, y_fit = training_half(images, labels, half)
+    _, _, x_test, y_test = train_test_split(images, labels, test_fraction=0.2, seed=0)
+    settings = {"image_size": image_size, "seed": seed, **({} if half is None else {"half": half}), **train_kwargs}
     key = hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     path = Path(cache_dir or default_cache_dir()) / f"digit_classifier_{key}.pt"
     if path.exists():
         blob = torch.load(path, map_location="cpu", weights_only=True)
-        model = DigitClassifier(**blob["config"])
+        config = dict(blob["config"])
+        model = ARCHS[config.pop("arch", "cnn")][0](**config)
+        model.config["arch"] = blob["config"].get("arch", "cnn")
         model.load_state_dict(blob["state_dict"])
         model.eval().requires_grad_(False)
     else:
-        model = train_classifier(x_train, y_train, seed=seed, **train_kwargs)
+        model = train_classifier(x_fit, y_fit, seed=seed, **train_kwargs)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         torch.save({"config": model.config, "state_dict": model.state_dict()}, tmp)
@@ -104,6 +151,12 @@ def digits_classifier(image_size: int = 16, seed: int = 0, cache_dir: str | Path
     with torch.no_grad():
         acc = (model(x_test).argmax(-1) == y_test).float().mean().item()
     return model, acc
+
+
+def digits_judge(image_size: int = 16, seed: int = 0, cache_dir: str | Path | None = None) -> tuple[nn.Module, float]:
+    """The independent judge: a :class:`DigitMLP` trained on half 1 of the training digits (the reward of lesson
+    09 is the CNN of half 0), more epochs since an MLP learns slower; ``(judge, held-out accuracy)``."""
+    return digits_classifier(image_size, seed, cache_dir, half=1, arch="mlp", epochs=40)
 
 
 KINDS = ("prob", "logprob", "margin")
