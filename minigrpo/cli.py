@@ -24,6 +24,7 @@ examples:
   minigrpo grade 01           grade exercises/01_*.ipynb
   minigrpo interview          practise interview questions, with spaced review of weak ones
   minigrpo train llm --recipe gsm8k --smoke    SFT then GRPO on word problems, quickly; saved under runs/
+  minigrpo train diffusion --recipe digits     GRPO on lesson 08's digits diffusion model
 """
 
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -34,6 +35,8 @@ COURSE_MODULES = {"nbformat", "nbclient", "nbval", "pytest", "jupyter_core", "ju
 INTERRUPTED = 130
 #: the recipes of minigrpo.llm.recipes.RECIPES, named here so that --help imports no torch (a test keeps them equal)
 LLM_RECIPES = ("countdown", "sort", "addition", "gsm8k")
+#: the recipes of minigrpo.diffusion.recipes.DIFFUSION_RECIPES, named here for the same reason
+DIFFUSION_RECIPES = ("digits",)
 
 
 def _error(command: str, message: str) -> None:
@@ -323,6 +326,8 @@ def _summary(result, out: Path, num_generations: int) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.world == "diffusion":
+        return cmd_train_diffusion(args)
     out = Path(args.output) if args.output else Path("runs") / f"{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
     from dataclasses import replace
 
@@ -380,6 +385,45 @@ def _lora_config(args: argparse.Namespace):
         raise ValueError(str(exc).replace("ModelConfig.lora_r", "--lora-r").replace("ModelConfig.lora_alpha",
                                                                                      "--lora-alpha")) from None
     return get_peft_config(cfg)
+
+
+def cmd_train_diffusion(args: argparse.Namespace) -> int:
+    """``minigrpo train diffusion --recipe digits``: lesson 08's base model, then GRPO (``minigrpo.diffusion.recipes``);
+    under ``accelerate launch`` every process trains and rank 0 alone evaluates, prints and writes."""
+    out = Path(args.output) if args.output else Path("runs") / f"{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
+    from dataclasses import replace
+
+    from minigrpo.distributed import is_main_process
+
+    try:
+        if args.recipe not in DIFFUSION_RECIPES:
+            raise ValueError(f"no diffusion recipe {args.recipe!r}; recipes: {', '.join(DIFFUSION_RECIPES)}")
+        if args.model or getattr(args, "lora", False):
+            raise ValueError("--model and --lora are options of train llm; the digits recipe trains its own base model")
+        from minigrpo.diffusion.recipes import digits_config, run_digits, save_diffusion_run
+
+        cfg = digits_config(args.smoke, args.overrides)
+        cfg = replace(cfg, output_dir=str(out), logging_dir=cfg.logging_dir or str(out / "logs"))
+        device = _train_device(args.device)
+    except (ValueError, TypeError, ImportError, RuntimeError) as exc:
+        _error("train", _one_line(exc))
+        return 2
+    main = is_main_process()
+    if main:
+        print(f"training lesson 08's digits diffusion model on {device} with the digits recipe"
+              f"{' (smoke)' if args.smoke else ''}{_processes()}: GRPO {cfg.max_steps} steps; writing {_shown(out)}",
+              flush=True)
+    run = run_digits(cfg, seed=args.seed, smoke=args.smoke, progress=main, device=device)
+    if main:
+        save_diffusion_run(out, run, seed=args.seed, smoke=args.smoke, device=str(device))
+        from minigrpo.tracking import latest_checkpoint
+
+        s = run.seconds
+        print(f"reward of {run.num_eval} fresh samples (the classifier's p(prompt) at temperature 4)\n"
+              f"  before GRPO {run.before:.3f}\n  after GRPO  {run.after:.3f}\n"
+              f"time: base model {s['base']:.0f} s, GRPO {s['grpo']:.0f} s, evaluation {s['eval']:.0f} s\n"
+              f"model: {_shown(latest_checkpoint(out))}\nmetrics and per-step history: {_shown(out / 'results.json')}")
+    return 0
 
 
 def _train_device(name: str | None):
@@ -452,23 +496,30 @@ def build_parser() -> argparse.ArgumentParser:
     make.set_defaults(func=cmd_make_exercises)
 
     train = sub.add_parser(
-        "train", help="train a language model with a recipe (SFT, then GRPO) and save it",
+        "train", help="train a language model (SFT, then GRPO) or a diffusion model (GRPO) with a recipe",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run a recipe: SFT on demonstrations, then GRPO, with a held-out evaluation before and after "
                     "GRPO. Without --model, the recipe's own tiny model; with it, a pretrained causal LM by hub name "
                     "or folder. Checkpoints (loadable with from_pretrained) and results.json (metrics, per-step "
-                    "history) go to the output folder.",
+                    "history) go to the output folder. `train diffusion --recipe digits`: GRPO on lesson 08's digits "
+                    "diffusion model, the reward of fresh samples measured before and after. Both run in several "
+                    "processes under `accelerate launch` or `torchrun`.",
         epilog="examples:\n"
                "  minigrpo train llm --recipe gsm8k --smoke\n"
                "  minigrpo train llm --recipe gsm8k --model Qwen/Qwen2.5-0.5B-Instruct sft=none grpo.max_steps=100\n"
                "  minigrpo train llm --recipe countdown grpo.learning_rate=1e-4 beta=0.04\n"
+               "  minigrpo train diffusion --recipe digits --smoke\n"
+               "  accelerate launch --num_processes 2 -m minigrpo train diffusion --recipe digits max_steps=30\n"
                "  minigrpo train llm --recipe gsm8k --model Qwen/Qwen2.5-0.5B-Instruct --lora sft=none "
                "grpo.learning_rate=2e-5\n\n"
                "overrides: FIELD=VALUE, FIELD a Recipe field (arch, sft=none, ...), sft.<SFTConfig field>, "
                "grpo.<GRPOConfig field>,\ntask_kwargs.<key> or model_kwargs.<key>; a bare GRPOConfig or SFTConfig field "
-               "name when only one has it.")
-    train.add_argument("world", choices=["llm"], help="what to train (llm: a causal language model)")
-    train.add_argument("--recipe", required=True, metavar="NAME", help=f"one of: {', '.join(LLM_RECIPES)}")
+               "name when only one has it;\n"
+               "for diffusion, a DiffusionGRPOConfig field (grpo. prefix optional).")
+    train.add_argument("world", choices=["llm", "diffusion"],
+                       help="what to train (llm: a causal language model; diffusion: lesson 08's digits model)")
+    train.add_argument("--recipe", required=True, metavar="NAME",
+                       help=f"llm: one of {', '.join(LLM_RECIPES)}; diffusion: {', '.join(DIFFUSION_RECIPES)}")
     train.add_argument("--model", metavar="NAME_OR_PATH",
                        help="a pretrained model (hub name or folder) instead of the recipe's own tiny model")
     train.add_argument("--smoke", action="store_true", help="a few steps of each stage (checks that it runs)")

@@ -91,6 +91,11 @@ class Distributed:
         """This rank's rows of a gathered tensor whose ranks hold ``n`` rows each."""
         return slice(self.rank * n, (self.rank + 1) * n)
 
+    def barrier(self) -> None:
+        """Wait until every rank gets here (e.g. until rank 0 has written a cache the others then read)."""
+        if self.active:
+            dist.barrier()
+
     def sum_gradients(self, model: torch.nn.Module) -> None:
         """Sum the gradients over ranks (a rank that had no rows contributes zeros)."""
         if not self.active:

@@ -152,3 +152,42 @@ def test_diffusion_grpo_two_processes_take_the_one_process_step_of_the_global_ba
                 torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-13)
             for a, b in zip(params, p2):
                 torch.testing.assert_close(b, a, rtol=1e-10, atol=1e-10)
+
+
+def test_accelerate_launch_runs_train_diffusion_in_two_processes(tmp_path):
+    """``accelerate launch --multi_gpu --num_processes 2 -m minigrpo train diffusion --recipe digits --smoke`` on a
+    CPU-only machine (gloo): rank 0 builds the smoke base model (cached) while rank 1 waits, both train, rank 0 alone
+    evaluates, prints and writes (on 2 busy cores: 20 s of CPU, ~60 s wall; the LLM twin is in test_distributed.py)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
+    if launcher is None:
+        pytest.skip("the accelerate command is not installed")
+    out = tmp_path / "run"
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
+    done = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "minigrpo", "train",
+                           "diffusion", "--recipe", "digits", "--smoke", "--output", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "in 2 processes" in done.stdout and done.stdout.count("before GRPO") == 1  # rank 0 alone reports
+    record = json.loads((out / "results.json").read_text())
+    assert record["history"]["step"] == [1, 2] and 0 <= record["reward_after"] <= 1
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint-2", "results.json"]
+
+
+def test_train_diffusion_rejects_llm_options_and_unknown_recipes(capsys):
+    from minigrpo.cli import DIFFUSION_RECIPES, main
+    from minigrpo.diffusion import recipes
+
+    assert DIFFUSION_RECIPES == recipes.DIFFUSION_RECIPES  # named twice so that --help imports no torch
+    assert main(["train", "diffusion", "--recipe", "sort"]) == 2
+    assert "no diffusion recipe 'sort'; recipes: digits" in capsys.readouterr().err
+    assert main(["train", "diffusion", "--recipe", "digits", "--model", "x/y"]) == 2
+    assert "--model and --lora are options of train llm" in capsys.readouterr().err
+    assert main(["train", "diffusion", "--recipe", "digits", "max_step=3"]) == 2
+    assert "override 'max_step=3' must be FIELD=VALUE" in capsys.readouterr().err
