@@ -1,0 +1,156 @@
+"""Which package code a committed notebook's outputs were made with, so that stale outputs are caught.
+
+A lesson's outputs are evidence: the prose quotes them. If the package code behind them changes, the
+outputs may no longer be what the code does (a lesson once kept printing ``7.4e-05`` for a value the
+package had since made exactly zero). So ``minigrpo run`` records, in the notebook's metadata, a
+fingerprint of every ``minigrpo`` module the notebook's code imports, directly or through other
+``minigrpo`` modules, and :func:`stale_modules` names those whose code has changed since.
+
+The fingerprint hashes the module's syntax tree with docstrings removed: editing a comment, a docstring
+or the layout keeps the outputs valid; changing any statement, default or constant does not. The import
+graph is read statically (every ``import`` statement in the module, including those inside functions),
+which over-approximates what a run executed: a stale verdict may name a module whose change did not
+affect any output, never the other way round.
+
+The record lives at ``notebook.metadata["minigrpo"]``: ``{"mode": "full" | "smoke", "code": {module: hash}}``.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+PACKAGE = "minigrpo"
+#: the package's source folder (a record can be compared against another tree with ``root=``)
+ROOT = Path(__file__).resolve().parents[1]
+METADATA_KEY = "minigrpo"
+
+
+def module_path(name: str, root: Path = ROOT) -> Path | None:
+    """The source file of module ``name`` (``minigrpo.x.y``) under ``root``, or None if it is not one."""
+    parts = name.split(".")
+    if parts[0] != PACKAGE:
+        return None
+    base = root.joinpath(*parts[1:])
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _parents(name: str) -> list[str]:
+    """``minigrpo.a.b`` -> ``["minigrpo", "minigrpo.a"]``: the packages whose ``__init__`` an import runs."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _imports(tree: ast.AST, package: str | None, root: Path) -> set[str]:
+    """The ``minigrpo`` modules an import statement in ``tree`` names (``package``: for relative imports)."""
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                if package is None:
+                    continue
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            found.add(base)
+            # `from minigrpo.llm import grpo` imports the submodule minigrpo.llm.grpo
+            found.update(f"{base}.{alias.name}" for alias in node.names
+                         if module_path(f"{base}.{alias.name}", root) is not None)
+    return {name for name in found if module_path(name, root) is not None}
+
+
+def code_imports(sources: Iterable[str]) -> set[str]:
+    """The ``minigrpo`` modules imported by code cells ``sources`` (IPython magics and shell lines skipped)."""
+    found: set[str] = set()
+    for source in sources:
+        lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+        try:
+            tree = ast.parse("\n".join(lines))
+        except SyntaxError:
+            continue
+        found |= _imports(tree, None, ROOT)
+    return found
+
+
+def closure(names: Iterable[str], root: Path = ROOT) -> set[str]:
+    """``names`` with every ``minigrpo`` module they import, transitively, and the packages they sit in."""
+    todo = list(names)
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen or module_path(name, root) is None:
+            continue
+        seen.add(name)
+        todo.extend(_module_imports(name, root))
+        todo.extend(_parents(name))
+    return seen
+
+
+def _module_imports(name: str, root: Path) -> frozenset[str]:
+    path = module_path(name, root)
+    return _file_imports(path, path.stat().st_mtime_ns, name, root)
+
+
+@functools.lru_cache(maxsize=None)
+def _file_imports(path: Path, mtime_ns: int, name: str, root: Path) -> frozenset[str]:
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    return frozenset(_imports(ast.parse(path.read_text()), package, root))
+
+
+def _strip_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def fingerprint_source(source: str) -> str:
+    """A short hash of ``source``'s code: the syntax tree without docstrings (comments never reach it)."""
+    dump = ast.dump(_strip_docstrings(ast.parse(source)), include_attributes=False)
+    return hashlib.sha256(dump.encode()).hexdigest()[:16]
+
+
+def fingerprints(modules: Iterable[str], root: Path = ROOT) -> dict[str, str]:
+    """``{module: fingerprint}`` for ``modules``, sorted by name."""
+    return {name: _file_fingerprint(module_path(name, root), module_path(name, root).stat().st_mtime_ns)
+            for name in sorted(modules)}
+
+
+@functools.lru_cache(maxsize=None)
+def _file_fingerprint(path: Path, mtime_ns: int) -> str:
+    return fingerprint_source(path.read_text())
+
+
+def notebook_code(nb) -> list[str]:
+    return [cell.source for cell in nb.cells if cell.cell_type == "code"]
+
+
+def record(nb, mode: str, root: Path = ROOT) -> dict:
+    """Write into ``nb.metadata`` what its outputs are being made with; returns the record."""
+    entry = {"mode": mode, "code": fingerprints(closure(code_imports(notebook_code(nb)), root), root)}
+    nb.metadata[METADATA_KEY] = entry
+    return entry
+
+
+def stale_modules(nb, root: Path = ROOT) -> list[str]:
+    """The modules whose code differs from what ``nb``'s outputs were made with (added, changed or removed),
+    including modules the notebook's cells now import that the record does not list. Raises ``ValueError`` when
+    the notebook carries no record."""
+    entry = nb.metadata.get(METADATA_KEY)
+    if not isinstance(entry, Mapping) or "code" not in entry:
+        raise ValueError("the notebook has no metadata['minigrpo']['code'] record: run it with `minigrpo run`")
+    recorded = dict(entry["code"])
+    now = fingerprints(closure(code_imports(notebook_code(nb)), root), root)
+    return sorted(name for name in recorded.keys() | now.keys() if recorded.get(name) != now.get(name))
