@@ -314,6 +314,47 @@ def truncated_importance_weights(trainer_logp: torch.Tensor, sampler_logp: torch
     return torch.exp(log_w).clamp(max=clip_max), log_w
 
 
+IS_LEVELS = ("sum", "mean")
+
+
+def sequence_importance_weights(trainer_logp: torch.Tensor, sampler_logp: torch.Tensor, mask: torch.Tensor,
+                                level: str = "sum", clip_max: float | None = None,
+                                band: tuple[float, float] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence-level importance weights of a sampler/trainer mismatch: ``(w [B], log_w [B])``, detached.
+
+    ``log_w`` is the completion's summed token log-ratio ``Σ_t m_t (trainer_t − sampler_t)`` (``level="sum"``: the
+    ratio of the two sequence probabilities, the exact importance weight of a sequence-level objective) or its mean
+    over the completion's tokens (``level="mean"``: the geometric mean of the token ratios, which does not grow
+    with length; GSPO's normalisation). ``w = exp(log_w)``, then:
+
+    - ``clip_max``: truncated at ``clip_max`` (sequence-level TIS);
+    - ``band=(lo, hi)``: sequences whose untruncated ratio leaves ``[lo, hi]`` get weight 0 (masked importance
+      sampling: such a sequence is dropped from the loss instead of down-weighted).
+
+    Broadcast over the tokens (``w[:, None]``) it is ``grpo_loss``'s ``importance_weights``. A row with no token
+    gets ``log_w = 0`` (weight 1)."""
+    if level not in IS_LEVELS:
+        raise ValueError(f"sequence_importance_weights: level must be one of {IS_LEVELS}, got {level!r}")
+    check_same_shape(trainer_logp, sampler_logp, "trainer_logp", "sampler_logp")
+    check_same_shape(trainer_logp, mask, "trainer_logp", "mask")
+    if trainer_logp.ndim != 2:
+        raise ValueError(f"sequence_importance_weights: the log-probs must be [B, T], got {tuple(trainer_logp.shape)}")
+    if clip_max is not None and not clip_max > 0:
+        raise ValueError(f"sequence_importance_weights: clip_max must be > 0, got {clip_max}")
+    if band is not None and not (len(band) == 2 and 0 <= band[0] < band[1]):
+        raise ValueError(f"sequence_importance_weights: band must be (lo, hi) with 0 <= lo < hi, got {band}")
+    m = mask.to(trainer_logp.dtype)
+    log_w = ((trainer_logp.detach() - sampler_logp.detach()) * m).sum(-1)
+    if level == "mean":
+        log_w = log_w / m.sum(-1).clamp(min=1)
+    w = torch.exp(log_w)
+    if band is not None:
+        w = torch.where((w >= band[0]) & (w <= band[1]), w, torch.zeros_like(w))
+    if clip_max is not None:
+        w = w.clamp(max=clip_max)
+    return w, log_w
+
+
 def value_loss(values: torch.Tensor, returns: torch.Tensor, old_values: torch.Tensor | None = None,
                clip_eps: float | None = None) -> torch.Tensor:
     """``0.5 · mean((V − R)²)``; with ``old_values`` and ``clip_eps``, PPO's clipped variant
