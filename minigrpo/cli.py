@@ -221,6 +221,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - kernel start-up and the like: report, keep what ran
         failure = f"{type(exc).__name__}: {_one_line(exc)}"
     else:
+        # what the outputs were made with, so that a test can tell when the package's code has moved on
+        from minigrpo.course import provenance
+
+        provenance.record(nb, "smoke" if is_smoke() else "full")
         _save_partial(nb, out, None)
         print(f"done in {time.perf_counter() - start:.0f} s; wrote {_shown(out)}")
         return 0
