@@ -6,6 +6,10 @@
 - ``SortTask``: ``"sort 70931:"`` → ``"01379"``. Easy to learn; paired with an imperfect teacher
   (``noisy_answer``: a demonstrator who sometimes swaps two neighbours) it makes a reference policy
   that knows the skill but imitated its teacher's slips.
+- ``PrefixTask``: ``"copy 37159264:"`` → ``"3715"``: a prefix of the digits, *as long as the policy
+  likes* (``min_len``..``max_len`` digits). Completion lengths are the policy's choice and the reward does
+  not depend on them, but every extra digit is one more chance to slip: the task of lesson 06's
+  ``loss_type`` length study (``minigrpo.experiments.grpo_ablations``).
 
 Each task has a fixed held-out evaluation set (problems never drawn for training) and two rewards:
 ``format_reward`` (is the completion well formed and finished with EOS?) and ``correctness_reward``
@@ -228,4 +232,44 @@ class SortTask(Task):
         return "".join(s)
 
 
-TASKS = {"addition": AdditionTask, "countdown": CountdownTask, "sort": SortTask}
+class PrefixTask(Task):
+    """``"copy 37159264:"`` → any prefix of the digits, ``min_len``..``max_len`` of them (``"3715"`` is right).
+
+    The reference answer (the teacher's demonstration) stops after a length drawn uniformly from
+    ``min_len``..``max_len``; every such prefix is right, so the length of a completion is the policy's free
+    choice and the reward does not depend on it — but a longer answer has more digits to get wrong."""
+
+    name = "prefix"
+
+    def __init__(self, min_len: int = 2, max_len: int = 8, **kwargs):
+        if not 1 <= min_len <= max_len:
+            raise ValueError(f"PrefixTask needs 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+        self.min_len, self.max_len = min_len, max_len
+        self.max_completion_length = max_len + 2  # the digits, EOS, one spare
+        super().__init__(**kwargs)
+
+    def _draw(self, rng: random.Random) -> Problem:
+        digits = "".join(rng.choice("0123456789") for _ in range(self.max_len))
+        return Problem(f"copy {digits}:", digits[: rng.randint(self.min_len, self.max_len)], (digits,))
+
+    def problem_from_prompt(self, prompt: str) -> Problem:
+        m = re.fullmatch(rf"copy (\d{{{self.max_len}}}):", prompt)
+        if m is None:
+            raise self._unreadable(prompt)
+        return Problem(prompt, m.group(1)[: self.min_len], (m.group(1),))
+
+    def is_well_formed(self, completion: str) -> bool:
+        return re.fullmatch(r"\d+", completion) is not None
+
+    def is_correct(self, problem: Problem, completion: str) -> bool:
+        return self.min_len <= len(completion) <= self.max_len and problem.meta[0].startswith(completion)
+
+    def noisy_answer(self, problem: Problem, rng: random.Random) -> str:
+        """The teacher's answer with one digit after the first replaced by another (a slip; the length is kept)."""
+        s = list(problem.answer)
+        i = rng.randrange(1, len(s)) if len(s) > 1 else 0
+        s[i] = rng.choice([d for d in "0123456789" if d != s[i]])
+        return "".join(s)
+
+
+TASKS = {"addition": AdditionTask, "countdown": CountdownTask, "sort": SortTask, "prefix": PrefixTask}
