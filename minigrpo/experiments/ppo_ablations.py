@@ -77,3 +77,26 @@ def band(results: list[TrainResult], key: str = "eval_return", x: str = "eval_st
     n = min(len(r.history[key]) for r in results)
     ys = np.array([r.history[key][:n] for r in results], dtype=float)
     return np.asarray(results[0].history[x][:n]), ys.mean(0), ys.min(0), ys.max(0)
+
+
+#: The panels of lesson 04's dashboard: history key and axis label.
+DASHBOARD = (("train_return", "return (last 20 episodes)"), ("approx_kl", "approx KL (k3), nats"),
+             ("clip_frac", "clip fraction"), ("explained_variance", "explained variance"),
+             ("entropy", "policy entropy, nats"), ("sps", "environment steps / second"))
+
+
+def plot_dashboard(histories: dict[str, dict], title: str):
+    """One row of the six dashboard panels for runs of one environment (one line per run); returns the figure."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(DASHBOARD), figsize=(20, 3.3))
+    for ax, (key, label) in zip(axes, DASHBOARD):
+        for name, h in histories.items():
+            ax.plot(np.array(h["env_steps"]) / 1000, h[key], lw=1.2, label=name)
+        ax.set(xlabel="env steps (thousands)", ylabel=label)
+    axes[1].set_yscale("log")
+    axes[3].set_ylim(-0.5, 1.05)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
