@@ -232,3 +232,20 @@ def test_tiny_end_to_end_run_has_finite_rewards(pipeline_folder):
     assert h["step"] == [1, 2] and len(h["reward"]) == 2
     assert all(math.isfinite(v) for key in ("reward", "loss", "grad_norm") for v in h[key])
     assert all(0 <= v <= 1 for v in h["rewards/colour_reward/mean"])
+
+
+def test_a_flow_matching_scheduler_trains_with_flow_grpos_sde(pipeline_folder):
+    # the same trainer on a FlowMatchEulerDiscreteScheduler (SD3/FLUX's): the UNet is read as a velocity model,
+    # the chain is Flow-GRPO's SDE with noise level a = eta, and the guided velocity enters its mean
+    from minigrpo.diffusion.flow import FlowProcess, make_flow_scheduler
+
+    policy = _policy(pipeline_folder)
+    policy.scheduler = make_flow_scheduler(shift=3.0)
+    cfg = TextToImageGRPOConfig(max_steps=1, prompts_per_step=1, num_generations=2, num_inference_steps=3, eta=0.7,
+                                epsilon=0.2)
+    trainer = TextToImageGRPOTrainer(policy, ColourReward(), PROMPTS, cfg, peft_config=_lora())
+    assert isinstance(trainer.process, FlowProcess)
+    m = trainer.step()
+    assert m["log_ratio_abs_max"] < 1e-5 and math.isfinite(m["loss"])  # one minibatch: ratio 1
+    with pytest.raises(ValueError, match=r"TextToImageGRPOConfig\.eta must be > 0"):  # a = 0 is the ODE
+        TextToImageGRPOConfig(eta=0.0, sampler="ddpm")

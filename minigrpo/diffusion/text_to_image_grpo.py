@@ -51,8 +51,10 @@ class TextToImageGRPOConfig:
     num_generations: int = 4  #: G, images (chains) per prompt: the group of the advantage
     num_inference_steps: int = 10  #: K, denoising steps per chain (DDPO: sample.num_steps)
     guidance_scale: float = 5.0  #: classifier-free guidance w, inside the policy's mean (1: no guidance)
-    sampler: str = "ddim"  #: "ddim" (η-controlled variance) or "ddpm" (the scheduler's own rule)
-    eta: float = 1.0  #: DDIM η (DDPO: sample.eta); must be > 0: η = 0 is deterministic and has no log-prob
+    sampler: str = "ddim"  #: "ddim" (η-controlled variance) or "ddpm"; a flow-matching scheduler always uses its SDE
+    #: DDIM η (DDPO: sample.eta), or the SDE's noise level a for a flow-matching scheduler (Flow-GRPO: 0.7);
+    #: must be > 0: η = 0 (or a = 0, the ODE) is deterministic and has no log-prob
+    eta: float = 1.0
     logprob_reduction: str = "mean"  #: "mean" (DDPO) or "sum" of the per-element log-density over the latent
     epsilon: float = 1e-4  #: clip range ε of the per-step ratio (DDPO's 1e-4 goes with the per-element mean)
     epsilon_high: float | None = None  #: upper clip range (None: = epsilon)
@@ -77,9 +79,9 @@ class TextToImageGRPOConfig:
         at_least(self, 1, "max_steps", "prompts_per_step", "num_inference_steps", "num_iterations",
                  "num_minibatches", "train_batch_size", "sample_batch_size")
         one_of(self, "sampler", ("ddim", "ddpm"))
-        if self.sampler == "ddim" and not self.eta > 0:
-            raise config_error(self, "eta", "> 0 for training", "with eta=0 DDIM is deterministic: a step has "
-                                                                "no probability density, so no log-prob and no ratio")
+        if not self.eta > 0:
+            raise config_error(self, "eta", "> 0 for training", "with eta=0 DDIM (or the flow ODE) is deterministic: "
+                                                                "a step has no density, so no log-prob and no ratio")
         non_negative(self, "eta", "beta", "weight_decay")
         if not self.guidance_scale >= 1:
             raise config_error(self, "guidance_scale", ">= 1", "1 is the conditional model alone, w > 1 guides")
@@ -96,7 +98,7 @@ class TextToImageRollout:
     """One step's sampled chains and what the loss needs of them."""
 
     prompts: list[str]  #: the distinct prompts (row i of ``embeds.cond``)
-    process: ReverseProcess  #: the guided reverse process on these prompts
+    process: ReverseProcess  #: the guided reverse process on these prompts (a FlowProcess for a flow model)
     chain: Chain  #: latents x_T … x_0 of B = P × G chains, ``chain.labels`` = prompt index
     images: torch.Tensor  #: [B, 3, H, W] decoded in [0, 1], on the CPU
     rewards: torch.Tensor  #: [B] the weighted sum of the reward functions (CPU)
@@ -122,6 +124,19 @@ def _cat_chains(chains: list[Chain]) -> Chain:
     return Chain(xs=torch.cat([x.xs for x in chains], 1), timesteps=c.timesteps, stds=c.stds,
                  logprobs=torch.cat([x.logprobs for x in chains]), labels=torch.cat([x.labels for x in chains]),
                  reduction=c.reduction)
+
+
+def make_process(scheduler, cfg: TextToImageGRPOConfig):
+    """The sampler of the policy: Flow-GRPO's SDE (noise level ``eta``) for a ``FlowMatchEulerDiscreteScheduler``,
+    else DDIM (η = ``eta``; a DDPM schedule is converted, ᾱ_final = ᾱ_0 as in Stable Diffusion) or DDPM."""
+    name = type(scheduler).__name__
+    if name.startswith("FlowMatch"):
+        from minigrpo.diffusion.flow import FlowProcess
+
+        return FlowProcess(scheduler, cfg.num_inference_steps, cfg.eta)
+    if cfg.sampler == "ddim" and not name.startswith("DDIM"):
+        scheduler = ddim_scheduler(scheduler, set_alpha_to_one=False)
+    return ReverseProcess(scheduler, cfg.num_inference_steps, cfg.eta)
 
 
 def _reward_name(f) -> str:
@@ -162,10 +177,7 @@ class TextToImageGRPOTrainer:
             raise ValueError("the UNet has no trainable parameter: give a peft_config, or load adapters trainable")
         self.ref = frozen_reference(self.unet, cfg.beta)  # None with adapters: π_ref = adapters off
         self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        sched = policy.scheduler
-        if cfg.sampler == "ddim" and not type(sched).__name__.startswith("DDIM"):
-            sched = ddim_scheduler(sched, set_alpha_to_one=False)
-        self.process = ReverseProcess(sched, cfg.num_inference_steps, cfg.eta)
+        self.process = make_process(policy.scheduler, cfg)
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step_count, self.history = 0, {}
 
