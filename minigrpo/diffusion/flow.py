@@ -218,8 +218,8 @@ class FlowProcess:
     def _index(self, t, batch: int, device) -> torch.Tensor:
         """The step index ``[B]`` of each row's timestep ``t`` (a scalar or ``[B]`` of ``timesteps``)."""
         t = torch.as_tensor(t, device=device)
-        if t.ndim == 0:
-            t = t.expand(batch)
+        if t.ndim == 0:  # the sampler's path: one timestep for the whole batch
+            return self._index(t.reshape(1), 1, device).expand(batch)
         if t.shape != (batch,):
             raise ValueError(f"t must be a scalar or one timestep per row [{batch}], got shape {tuple(t.shape)}")
         gap = (t.to(torch.float64)[:, None] - self.timesteps.to(device, torch.float64)[None]).abs()
@@ -269,9 +269,8 @@ class FlowProcess:
 
     def predict(self, model, x_t: torch.Tensor, t, labels: torch.Tensor):
         """Mean, std and x₀ of the policy's step, calling the network once."""
-        k = self._index(t, x_t.shape[0], x_t.device)
-        t = self.timesteps.to(x_t.device)[k]
-        return self.mean_std(self.model_fn(model, x_t, t, labels), x_t, t)
+        t_rows = self.timesteps.to(x_t.device)[self._index(t, x_t.shape[0], x_t.device)]  # [B], the network's input
+        return self.mean_std(self.model_fn(model, x_t, t_rows, labels), x_t, t)
 
     @torch.no_grad()
     def sample(self, model, labels: torch.Tensor, shape: tuple[int, ...] | None = None,
