@@ -79,6 +79,14 @@ class Distributed:
         dist.all_reduce(t)
         return type(value)(t.item())
 
+    def from_main(self, value: float) -> float:
+        """Rank 0's ``value`` on every rank (e.g. an evaluation that rank 0 alone ran, so that all stop together)."""
+        if not self.active:
+            return value
+        t = torch.tensor(float(value), dtype=torch.float64, device=self._device())
+        dist.broadcast(t, src=0)
+        return t.item()
+
     def gather(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` ``[n, ...]`` of every rank, concatenated in rank order ``[world_size × n, ...]`` (equal ``n``)."""
         if not self.active:
@@ -108,11 +116,12 @@ class Distributed:
 
     def reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         """One value per metric over all ranks: the max of ``…max`` keys, the min of ``…min`` keys, else the mean
-        over the ranks that report the key. Non-numbers are kept from this rank."""
+        over the ranks that report the key (NaN counts as not reported, e.g. a rank that finished no episode; NaN if
+        none does). Non-numbers are kept from this rank."""
         if not self.active:
             return metrics
         every: list[dict] = [{} for _ in range(self.world_size)]
-        dist.all_gather_object(every, {k: v for k, v in metrics.items() if isinstance(v, (int, float))})
+        dist.all_gather_object(every, {k: v for k, v in metrics.items() if isinstance(v, (int, float)) and v == v})
         out = dict(metrics)
         for key in {k for d in every for k in d}:
             values = [d[key] for d in every if key in d]

@@ -7,6 +7,7 @@ should be exact up to summation order."""
 import os
 import socket
 
+import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
@@ -191,3 +192,105 @@ def test_train_diffusion_rejects_llm_options_and_unknown_recipes(capsys):
     assert "--model and --lora are options of train llm" in capsys.readouterr().err
     assert main(["train", "diffusion", "--recipe", "digits", "max_step=3"]) == 2
     assert "override 'max_step=3' must be FIELD=VALUE" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- PPO
+
+PPO_SAMPLES = 64  # the global batch (e.g. 2 ranks x 4 envs x 8 steps); 32 per rank
+#: (update_epochs, target_kl): three passes; a target_kl that stops every rank after the first epoch
+PPO_CASES = [(3, None), (3, 1e-9)]
+
+
+def _ppo_setup(case, seed):
+    import gymnasium as gym
+
+    from minigrpo.control.agents import ActorCritic
+    from minigrpo.control.ppo import PPOConfig
+
+    epochs, target_kl = case
+    cfg = PPOConfig(num_envs=4, num_steps=8, num_minibatches=1, update_epochs=epochs, target_kl=target_kl,
+                    learning_rate=1e-2, ent_coef=0.01, clip_vloss=True, norm_adv=True)
+    torch.manual_seed(seed)
+    agent = ActorCritic(gym.spaces.Box(-5, 5, (4,)), gym.spaces.Discrete(3), (16,)).double()
+    return cfg, agent, torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5)
+
+
+def _ppo_batch():
+    """A global batch with ratios away from 1 (the clip acts) and advantages not yet standardised."""
+    _, agent, _ = _ppo_setup(PPO_CASES[0], seed=0)
+    g = torch.Generator().manual_seed(1)
+    obs = torch.randn(PPO_SAMPLES, 4, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        actions = torch.randint(0, 3, (PPO_SAMPLES,), generator=g)
+        old_logp = agent.dist(obs).log_prob(actions) + 0.3 * torch.randn(PPO_SAMPLES, generator=g, dtype=torch.float64)
+        values = agent.value(obs) + 0.5 * torch.randn(PPO_SAMPLES, generator=g, dtype=torch.float64)
+    adv = 2 + 3 * torch.randn(PPO_SAMPLES, generator=g, dtype=torch.float64)
+    return [obs, actions, old_logp, adv, values + adv, values]
+
+
+def _ppo_rank(rank, batch):
+    from minigrpo.control.ppo import ppo_epochs
+    from minigrpo.distributed import Distributed
+
+    out = []
+    for case in PPO_CASES:
+        cfg, agent, opt = _ppo_setup(case, seed=7 * rank)
+        ranks = Distributed()
+        ranks.broadcast_parameters(agent)  # as train_loop does: rank 1's other agent becomes rank 0's
+        half = PPO_SAMPLES // 2
+        metrics = ppo_epochs(cfg, agent, opt, [x[rank * half:(rank + 1) * half] for x in batch], 0.2, ranks)
+        out.append((metrics, *_params_and_grads(agent)))
+    return out
+
+
+def test_ppo_two_processes_take_the_one_process_steps_of_the_global_batch(tmp_path):
+    """Float64 actor-critic, one global batch of 64 samples, one minibatch per epoch: two gloo processes holding 32
+    samples each (advantages standardised over both, gradients averaged) end with the one-process parameters after
+    three Adam steps to 1e-9 relative; with a tiny target_kl both ranks stop after the first epoch, as one process
+    does (the approx_kl they test is the global minibatch's)."""
+    from minigrpo.control.ppo import ppo_epochs
+
+    batch = _ppo_batch()
+    expected = []
+    for case in PPO_CASES:
+        cfg, agent, opt = _ppo_setup(case, seed=0)
+        expected.append((ppo_epochs(cfg, agent, opt, batch, 0.2), *_params_and_grads(agent)))
+    assert [m["epochs_run"] for m, _, _ in expected] == [3, 1] and expected[0][0]["clip_frac"] > 0
+    for got in run_two_processes(_ppo_rank, (batch,), tmp_path):
+        for (metrics, params, grads), (m2, p2, g2) in zip(expected, got):
+            assert m2["epochs_run"] == metrics["epochs_run"]
+            for a, b in zip(grads, g2):
+                torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+            for a, b in zip(params, p2):
+                torch.testing.assert_close(b, a, rtol=1e-9, atol=1e-12)
+
+
+def _ppo_train_rank(rank, output_dir):
+    from minigrpo.control.a2c import A2CConfig, train_a2c
+    from minigrpo.control.ppo import PRESETS, PPOConfig, train_ppo
+
+    cfg = PPOConfig(**{**PRESETS["CartPole-v1"], "num_envs": 2, "num_steps": 16, "total_timesteps": 256,
+                       "eval_every_steps": 128, "eval_episodes": 2, "output_dir": output_dir})
+    result = train_ppo(cfg, progress=False)
+    try:
+        train_a2c(A2CConfig(num_envs=2, num_steps=8, total_timesteps=64), progress=False)
+        refused = ""
+    except ValueError as exc:
+        refused = str(exc)
+    return result.history, [p.detach().clone() for p in result.agent.parameters()], refused
+
+
+def test_train_ppo_in_two_processes(tmp_path):
+    """``train_ppo`` in two gloo processes (as under ``accelerate launch -m minigrpo.control``): each rank steps its
+    own 2 CartPole envs; total_timesteps counts both ranks' steps (256 = 4 iterations × 2 ranks × 32); the ranks
+    end with the same agent and the same (rank 0's) evaluations; rank 0 alone writes the checkpoint; A2C, whose update
+    does not average gradients, refuses to run in several processes."""
+    out = tmp_path / "ppo"
+    (h0, p0, refused), (h1, p1, _) = run_two_processes(_ppo_train_rank, (str(out),), tmp_path)
+    assert h0["env_steps"] == h1["env_steps"] == [64, 128, 192, 256]
+    assert h0["eval_step"] == [128, 256] and h0["eval_return"] == h1["eval_return"]
+    np.testing.assert_array_equal(h0["train_return"], h1["train_return"])  # averaged over the ranks (NaN: no episode)
+    for a, b in zip(p0, p1):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert [p.name for p in out.iterdir()] == ["checkpoint-4"]
+    assert refused.startswith("A2C trains in one process only")

@@ -5,6 +5,13 @@ the agent; it returns the env steps it used and its metrics. The loop around it 
 same for REINFORCE (whole episodes, reward-to-go) and for the actor-critic methods (``num_steps`` per env,
 GAE: :class:`GAELearner`): seeding, the agent, history, trackers, evaluation, stopping at ``target_return``,
 checkpoints. :func:`run_on_policy` is the loop with a GAE learner around an algorithm's ``update``.
+
+Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.distributed``), for a learner
+that says it can (``data_parallel``: PPO's): each rank steps its own ``num_envs`` env copies seeded apart, every rank
+starts from rank 0's agent, the update averages the gradients (see ``control.ppo``), the metrics are averaged over the
+ranks; ``total_timesteps`` counts the env steps of every rank (as CleanRL's multi-GPU PPO), so an iteration takes
+N × ``batch_size`` of them; rank 0 alone shows progress, logs, evaluates (the verdict is sent to every rank) and saves.
+In one process nothing changes.
 """
 
 from __future__ import annotations
@@ -26,13 +33,14 @@ from minigrpo.advantages import gae
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.config import ControlConfig
 from minigrpo.control.rollouts import Rollout, RolloutCollector, evaluate, make_vec_env
+from minigrpo.distributed import Distributed
 from minigrpo.losses import value_loss
 from minigrpo.tracking import (Tracker, checkpoint_folder, load_state, resolve_checkpoint, rng_state, save_state,
                                set_rng_state, should_log, should_save)
 from minigrpo.utils import seed_everything, torch_threads
 
 __all__ = ["GAELearner", "OnPolicyConfig", "Rollout", "RolloutCollector", "TrainResult", "explained_variance",
-           "fit_value", "make_vec_env", "normalize", "run_on_policy", "train_loop"]
+           "fit_value", "iterations", "make_vec_env", "normalize", "run_on_policy", "train_loop"]
 
 
 @dataclass
@@ -74,9 +82,19 @@ def explained_variance(pred: torch.Tensor, target: torch.Tensor) -> float:
     return float("nan") if var == 0 else float(1 - (target - pred).var() / var)
 
 
-def normalize(adv: torch.Tensor) -> torch.Tensor:
-    """``(adv − mean) / (std + 1e-8)`` over every entry (``norm_adv``); a single entry is left alone."""
-    return (adv - adv.mean()) / (adv.std() + 1e-8) if adv.numel() > 1 else adv
+def normalize(adv: torch.Tensor, ranks: Distributed | None = None) -> torch.Tensor:
+    """``(adv − mean) / (std + 1e-8)`` over every entry (``norm_adv``); a single entry is left alone. With ``ranks``
+    (several processes, equal sizes) the mean and std are those of every rank's entries together."""
+    everyone = adv if ranks is None else ranks.gather(adv.detach())
+    return (adv - everyone.mean()) / (everyone.std() + 1e-8) if everyone.numel() > 1 else adv
+
+
+def iterations(cfg: ControlConfig, world_size: int = 1) -> int:
+    """The loop's iterations: ``cfg.num_iterations`` in one process; with N processes an iteration takes N ×
+    ``batch_size`` env steps of ``total_timesteps`` (which counts every rank's envs)."""
+    if world_size == 1:
+        return cfg.num_iterations
+    return max(1, cfg.total_timesteps // (cfg.batch_size * world_size))
 
 
 def fit_value(critic: torch.nn.Module, opt: torch.optim.Optimizer, obs: torch.Tensor, targets: torch.Tensor,
@@ -129,7 +147,9 @@ class GAELearner:
 
     def __init__(self, cfg: OnPolicyConfig, agent: ActorCritic, envs: gym.vector.VectorEnv, update: UpdateFn):
         self.cfg, self.agent, self.update = cfg, agent, update
-        self.collector = RolloutCollector(envs, cfg.seed)
+        self.dist = Distributed()  # one process: every collective is the identity
+        self.data_parallel = getattr(update, "data_parallel", False)  #: the update averages gradients over ranks
+        self.collector = RolloutCollector(envs, self.dist.seed(cfg.seed))  # each rank's envs seeded apart
 
     @property
     def envs(self) -> gym.vector.VectorEnv:
@@ -143,7 +163,8 @@ class GAELearner:
         returns = adv + ro.values
         metrics = self.update(self.agent, ro, adv, returns, iteration)
         metrics["explained_variance"] = explained_variance(ro.values.reshape(-1), returns.reshape(-1))
-        return cfg.batch_size, {**episode_stats(self.envs.return_queue, ro.episode_lengths), **metrics}
+        metrics = {**episode_stats(self.envs.return_queue, ro.episode_lengths), **metrics}
+        return cfg.batch_size * self.dist.world_size, self.dist.reduce_metrics(metrics)  # every rank's env steps
 
     def state_dict(self) -> dict:
         """The optimizer (``update.state_dict()``) and the envs with their episode statistics."""
@@ -202,23 +223,28 @@ def train_loop(cfg: ControlConfig, name: str, make_learner: Callable[[ActorCriti
     """Seed, build the envs (:func:`make_vec_env`), the agent and ``make_learner(agent, envs)``, then run
     ``cfg.num_iterations`` iterations (fewer once an evaluation reaches ``cfg.target_return``)."""
     with torch_threads(1):  # tiny networks: one thread is fastest
-        seed_everything(cfg.seed)
+        dist = Distributed()  # one process: every collective is the identity
+        seed_everything(dist.seed(cfg.seed))  # rank 0: cfg.seed; the other ranks their own
         envs = make_vec_env(cfg.env_id, cfg.num_envs)
         agent = ActorCritic(envs.single_observation_space, envs.single_action_space, cfg.hidden_sizes)
+        dist.broadcast_parameters(agent)  # every rank starts from rank 0's agent
         learner = make_learner(agent, envs)
+        _check_processes(dist, cfg, name, learner)
+        total = iterations(cfg, dist.world_size)
         result = TrainResult(agent, {k: [] for k in HISTORY_KEYS}, asdict(cfg))
         loop = LoopState(next_eval=cfg.eval_every_steps)
         folder = resolve_checkpoint(cfg, getattr(cfg, "resume_from_checkpoint", None))
         if folder is not None:
             loop = load_checkpoint(folder, cfg, agent, learner, result)
-        bar = tqdm(range(loop.iteration + 1, cfg.num_iterations + 1), desc=f"{name} {cfg.env_id}",
-                   disable=not progress, initial=loop.iteration, total=cfg.num_iterations)
+        bar = tqdm(range(loop.iteration + 1, total + 1), desc=f"{name} {cfg.env_id}",
+                   disable=not progress or not dist.is_main, initial=loop.iteration, total=total)
         with Tracker(cfg.report_to, cfg.logging_dir, f"{name.lower()}-{cfg.env_id}", asdict(cfg)) as tracker:
             start = time.perf_counter() - loop.seconds
             for it in bar:
-                done = _iteration(cfg, it, learner, loop, result, start, tracker)
+                done = _iteration(cfg, it, learner, loop, result, start, tracker, total, dist)
                 output_dir = getattr(cfg, "output_dir", None)
-                if output_dir is not None and (done or should_save(it, cfg.save_steps, cfg.num_iterations)):
+                due = output_dir is not None and (done or should_save(it, cfg.save_steps, total))
+                if due and dist.is_main:  # only rank 0 writes
                     save_checkpoint(checkpoint_folder(output_dir, it), cfg, agent, learner, loop, result)
                 bar.set_postfix({"ret": f"{result.history['train_return'][-1]:.0f}",
                                  **({"eval": f"{result.history['eval_return'][-1]:.0f}"}
@@ -229,9 +255,20 @@ def train_loop(cfg: ControlConfig, name: str, make_learner: Callable[[ActorCriti
     return result
 
 
+def _check_processes(dist: Distributed, cfg: ControlConfig, name: str, learner: Learner) -> None:
+    """Under a launcher, only a learner whose update averages gradients over the ranks may train, from scratch."""
+    if dist.active and not getattr(learner, "data_parallel", False):
+        raise ValueError(f"{name} trains in one process only; under a launcher (several processes) use PPO, whose "
+                         "update averages the gradients over the processes")
+    if dist.active and getattr(cfg, "resume_from_checkpoint", None):
+        raise ValueError(f"{type(cfg).__name__}.resume_from_checkpoint works in one process only: a checkpoint "
+                         "holds rank 0's environments, not the other ranks'")
+
+
 def _iteration(cfg: ControlConfig, it: int, learner: Learner, loop: LoopState, result: TrainResult, start: float,
-               tracker: Tracker) -> bool:
-    """One iteration: the learner, history, trackers, evaluation. True once target_return is reached."""
+               tracker: Tracker, total: int, dist: Distributed) -> bool:
+    """One iteration of ``total``: the learner, history, trackers, evaluation (rank 0's, its verdict sent to every
+    rank). True once target_return is reached."""
     t0 = time.perf_counter()
     steps, metrics = learner(it)
     loop.iteration, loop.env_steps = it, loop.env_steps + steps
@@ -240,12 +277,14 @@ def _iteration(cfg: ControlConfig, it: int, learner: Learner, loop: LoopState, r
            "sps": steps / (time.perf_counter() - t0), **metrics}
     for k, v in row.items():
         result.history.setdefault(k, []).append(v)
-    if should_log(it, cfg.logging_steps, cfg.num_iterations):
+    if should_log(it, cfg.logging_steps, total):
         tracker.log({k: v for k, v in row.items() if k not in ("iteration", "env_steps")}, loop.env_steps, "train/")
-    if not (cfg.eval_every_steps and (loop.env_steps >= loop.next_eval or it == cfg.num_iterations)):
+    if not (cfg.eval_every_steps and (loop.env_steps >= loop.next_eval or it == total)):
         return False
     loop.next_eval = (loop.env_steps // cfg.eval_every_steps + 1) * cfg.eval_every_steps
-    ev = float(evaluate(result.agent, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed).mean())
+    ev = float(evaluate(result.agent, cfg.env_id, cfg.eval_episodes, seed=10_000 + cfg.seed).mean()) \
+        if dist.is_main else 0.0
+    ev = dist.from_main(ev)  # every rank stops (target_return) when rank 0 does
     result.history["eval_step"].append(loop.env_steps)
     result.history["eval_return"].append(ev)
     tracker.log({"return": ev}, loop.env_steps, "eval/")

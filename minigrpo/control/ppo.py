@@ -18,10 +18,17 @@ Metrics, and how to read them:
   A critic stuck near 0 gives noisy advantages.
 - ``entropy``: the policy's randomness. Collapsing early means premature determinism.
 - ``sps``: environment steps per second, rollout and update together.
+
+Several processes (``accelerate launch --num_processes N``; see ``control.onpolicy``): each rank collects from its own
+``num_envs`` env copies and takes its ``1 / num_minibatches`` share of them per minibatch; a minibatch's loss is the
+mean over its samples, so the global minibatch's gradient is the *average* of the ranks' gradients (their sum, each
+loss divided by N); ``norm_adv`` standardises with the mean and std of the global minibatch, and ``target_kl`` tests
+the global minibatch's approx_kl, so every rank stops at the same epoch. In one process nothing changes.
 """
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +37,8 @@ import torch
 
 from minigrpo._checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
-from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, normalize, run_on_policy
+from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, iterations, normalize, run_on_policy
+from minigrpo.distributed import Distributed
 from minigrpo.losses import clipped_surrogate_loss, value_loss
 
 
@@ -73,22 +81,24 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return x.reshape(-1, *x.shape[2:])
 
 
-def _schedule(cfg: PPOConfig, it: int) -> tuple[float, float]:
-    """The learning rate and clip ε of iteration ``it``, annealed linearly to 0 when asked."""
-    frac = 1.0 - (it - 1) / cfg.num_iterations
+def _schedule(cfg: PPOConfig, it: int, num_iterations: int | None = None) -> tuple[float, float]:
+    """The learning rate and clip ε of iteration ``it`` of ``num_iterations`` (default: the config's), annealed
+    linearly to 0 when asked."""
+    frac = 1.0 - (it - 1) / (num_iterations or cfg.num_iterations)
     lr = cfg.learning_rate * frac if cfg.anneal_lr else cfg.learning_rate
     return lr, cfg.clip_coef * frac if cfg.anneal_clip else cfg.clip_coef
 
 
-def ppo_loss(cfg: PPOConfig, agent: ActorCritic, mb: list[torch.Tensor], clip: float) -> tuple[torch.Tensor, dict]:
+def ppo_loss(cfg: PPOConfig, agent: ActorCritic, mb: list[torch.Tensor], clip: float,
+             ranks: Distributed | None = None) -> tuple[torch.Tensor, dict]:
     """The loss of one minibatch ``(obs, actions, old_logp, advantages, returns, old_values)``:
     ``clipped_surrogate_loss + vf_coef · value_loss − ent_coef · entropy``; and its parts (tensors) and
-    statistics."""
+    statistics. ``ranks`` (several processes): ``norm_adv`` uses the mean and std of every rank's minibatch together."""
     obs, actions, old_logp, adv, ret, old_values = mb
     dist = agent.dist(obs)
     logp = dist.log_prob(actions)
     if cfg.norm_adv:
-        adv = normalize(adv)
+        adv = normalize(adv, ranks)
     pg_loss, stats = clipped_surrogate_loss(logp, old_logp, adv, clip)
     v_loss = value_loss(agent.value(obs), ret, old_values, clip if cfg.clip_vloss else None)
     loss = pg_loss + cfg.vf_coef * v_loss
@@ -102,9 +112,11 @@ def ppo_loss(cfg: PPOConfig, agent: ActorCritic, mb: list[torch.Tensor], clip: f
 
 
 def ppo_epochs(cfg: PPOConfig, agent: ActorCritic, opt: torch.optim.Optimizer, batch: list[torch.Tensor],
-               clip: float) -> dict[str, float]:
+               clip: float, ranks: Distributed | None = None) -> dict[str, float]:
     """Up to ``update_epochs`` passes over the flat ``batch`` in shuffled minibatches, one optimizer step each;
-    stops after an epoch whose last minibatch's approx_kl exceeds ``target_kl``."""
+    stops after an epoch whose last minibatch's approx_kl exceeds ``target_kl``. ``ranks`` (several processes): the
+    gradients are averaged over the ranks before the clip and the step (see the module's docstring)."""
+    ranks = ranks or Distributed()
     n = batch[0].shape[0]
     mb_size = n // cfg.num_minibatches
     clip_fracs, stopped_early = [], False
@@ -112,13 +124,14 @@ def ppo_epochs(cfg: PPOConfig, agent: ActorCritic, opt: torch.optim.Optimizer, b
         perm = torch.randperm(n)
         for start in range(0, n, mb_size):
             idx = perm[start: start + mb_size]
-            loss, m = ppo_loss(cfg, agent, [x[idx] for x in batch], clip)
+            loss, m = ppo_loss(cfg, agent, [x[idx] for x in batch], clip, ranks)
             opt.zero_grad()
-            loss.backward()
+            (loss / ranks.world_size if ranks.active else loss).backward()  # the global mean: the ranks' mean
+            ranks.sum_gradients(agent)
             torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
             opt.step()
             clip_fracs.append(m["clip_frac"])
-        if cfg.target_kl is not None and m["approx_kl"] > cfg.target_kl:
+        if cfg.target_kl is not None and ranks.sum(m["approx_kl"]) / ranks.world_size > cfg.target_kl:  # all agree
             stopped_early = True
             break
     return {"policy_loss": m["policy_loss"].item(), "value_loss": m["value_loss"].item(),
@@ -131,17 +144,19 @@ def make_ppo_update(cfg: PPOConfig):
     """``factory(agent) -> update``, the PPO update that :func:`run_on_policy` calls once per rollout."""
     def factory(agent: ActorCritic):
         opt = torch.optim.Adam(agent.parameters(), lr=cfg.learning_rate, eps=1e-5, foreach=True)
+        ranks = Distributed()  # one process: every collective is the identity
 
         def update(agent: ActorCritic, ro: Rollout, adv: torch.Tensor, returns: torch.Tensor, it: int) -> dict:
-            lr, clip = _schedule(cfg, it)
+            lr, clip = _schedule(cfg, it, iterations(cfg, ranks.world_size))
             for group in opt.param_groups:
                 group["lr"] = lr
             batch = [_flat(x) for x in (ro.obs, ro.actions, ro.logp, adv, returns, ro.values)]
-            metrics = ppo_epochs(cfg, agent, opt, batch, clip)
+            metrics = ppo_epochs(cfg, agent, opt, batch, clip, ranks)
             tail = {k: metrics.pop(k) for k in ("epochs_run", "stopped_early")}
             return {**metrics, "learning_rate": lr, "clip_coef": clip, **tail}
 
         update.state_dict, update.load_state_dict = opt.state_dict, opt.load_state_dict  # for checkpoints
+        update.data_parallel = True  # it averages the gradients over the processes (train_loop's check)
         return update
 
     return factory
@@ -175,3 +190,37 @@ PRESETS: dict[str, dict] = {
     "LunarLander-v3": dict(env_id="LunarLander-v3", num_envs=8, num_steps=256, update_epochs=10, num_minibatches=8,
                            learning_rate=1e-3, ent_coef=0.01, clip_vloss=False, total_timesteps=300_000),
 }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m minigrpo.control [--env CartPole-v1] [--seed 0] [FIELD=VALUE ...]``: PPO with the env's preset;
+    ``accelerate launch --num_processes N -m minigrpo.control ...`` runs it data-parallel (N × num_envs envs)."""
+    import argparse
+
+    from minigrpo.distributed import is_main_process
+    from minigrpo.llm.recipes import parse_value
+
+    parser = argparse.ArgumentParser(prog="python -m minigrpo.control", description=main.__doc__.splitlines()[0])
+    parser.add_argument("--env", default="CartPole-v1", choices=sorted(PRESETS))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("overrides", nargs="*", metavar="FIELD=VALUE",
+                        help="PPOConfig fields, e.g. total_timesteps=50000")
+    args = parser.parse_args(argv)
+    values = dict(PRESETS[args.env], seed=args.seed)
+    hints = typing.get_type_hints(PPOConfig)
+    try:
+        for item in args.overrides:
+            key, _, text = item.partition("=")
+            if key not in hints:
+                raise ValueError(f"{key!r} is not a PPOConfig field")
+            values[key] = parse_value(text, hints[key], f"PPOConfig.{key}")
+        cfg = PPOConfig(**values)
+    except (ValueError, TypeError) as exc:
+        parser.error(str(exc))
+    result = train_ppo(cfg, progress=is_main_process())
+    if is_main_process():
+        h = result.history
+        print(f"PPO {args.env}: {h['env_steps'][-1]} env steps, last evaluation {h['eval_return'][-1]:.1f}"
+              if h["eval_return"] else f"PPO {args.env}: {h['env_steps'][-1]} env steps")
+    return 0
+
