@@ -8,8 +8,8 @@ the ratio at the first and the last inner step, the clip fraction, and whether a
 next to the correct step on the same seeds and prints both.
 
 :class:`StaleSampler` is a sampler for the real trainer (``GRPOTrainer(sampler=...)``) whose weights lag the
-trainer's by ``lag`` rollouts (an asynchronous generate-then-train stack); :func:`stale_runs` trains with it, with
-and without truncated importance sampling.
+trainer's by ``lag`` rollouts (an asynchronous generate-then-train stack); :func:`stale_runs` trains with the fresh
+sampler, with the stale one, and with the stale one plus truncated importance sampling.
 """
 
 from __future__ import annotations
@@ -23,19 +23,22 @@ import torch
 
 from minigrpo.debugging.buggy_step import StepConfig, buggy_grpo_step, check_bugs, make_batch
 from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
+from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.sampling import generate
-from minigrpo.llm.tasks import AdditionTask
+from minigrpo.llm.sft import SFTConfig, train_sft
+from minigrpo.llm.tasks import AdditionTask, PrefixTask, Task
+from minigrpo.llm.tokenizer import build_char_tokenizer
 
 
 @dataclass
 class RunConfig:
     """A short run of the teaching step (defaults: lesson 07's section 5)."""
 
-    steps: int = 40  #: GRPO steps (each: a fresh batch, then num_iterations inner optimizer steps)
+    steps: int = 20  #: GRPO steps (each: a fresh batch, then num_iterations inner optimizer steps)
     prompts: int = 8  #: prompts per step
     group_size: int = 8  #: G
     num_iterations: int = 2  #: μ
-    temperature: float = 1.0  #: sampling temperature
+    temperature: float = 0.7  #: sampling temperature (0.7: the sampled policy is right more often)
     learning_rate: float = 1e-3  #: Adam
     epsilon: float = 0.2  #: clip range
     seed: int = 0  #: the prompt stream and the sampling
@@ -58,20 +61,36 @@ SYMPTOMS: dict[str, Symptom] = {
     "old_logp_after_step": Symptom("clip_frac", "at μ = 4 the ratio is 1 at every inner step: the clip never acts",
                                    {"num_iterations": 4}),
     "no_temperature_rescoring": Symptom("ratio_first", "sampled at T = 0.7, rescored at T = 1: ρ ≠ 1 from the "
-                                        "first inner step, many tokens clipped", {"temperature": 0.7}),
+                                        "first inner step, many tokens clipped"),
 }
 
 
-def train_teaching_step(model, tokenizer, bugs=(), cfg: RunConfig | None = None) -> dict[str, np.ndarray]:
-    """Train a copy of ``model`` with the teaching step and ``bugs``; returns the per-step history (arrays).
-    Stops early when the weights become NaN (the step after that could not sample)."""
+def prefix_setup(seed: int = 0, sft_steps: int = 100, hidden_size: int = 64):
+    """``(model, tokenizer, task)``: a pad == eos character tokenizer and a tiny Llama briefly fine-tuned on
+    :class:`~minigrpo.llm.tasks.PrefixTask` (copy a prefix of the digits, 2 to 8 of them, its length free): right
+    often but not always, and stopping is a choice it makes at every digit — the setting where masking bugs show."""
+    tok = build_char_tokenizer()
+    tok.pad_token = tok.eos_token
+    task = PrefixTask(eval_size=20)
+    model = make_tiny_model(tok, "llama", seed=seed, hidden_size=hidden_size)
+    train_sft(model, tok, task, SFTConfig(steps=sft_steps, batch_size=64, learning_rate=3e-3, seed=seed),
+              progress=False)
+    return model.eval(), tok, task
+
+
+def train_teaching_step(model, tokenizer, bugs=(), cfg: RunConfig | None = None, task: Task | None = None
+                        ) -> dict[str, np.ndarray]:
+    """Train a copy of ``model`` with the teaching step and ``bugs`` on ``task`` (default: two-digit addition);
+    returns the per-step history (arrays). Stops early when the weights become NaN (the step after that could not
+    sample)."""
     cfg, bugs = cfg or RunConfig(), check_bugs(bugs)
     m = copy.deepcopy(model)
     device = next(m.parameters()).device
-    task, rng = AdditionTask(eval_size=20), random.Random(cfg.seed)
+    task, rng = task or AdditionTask(eval_size=20), random.Random(cfg.seed)
     opt = torch.optim.Adam(m.parameters(), lr=cfg.learning_rate)
     step_cfg = StepConfig(num_iterations=cfg.num_iterations, epsilon=cfg.epsilon)
-    keys = ("reward", "correct", "length", "finished", "flat_groups", "ratio_first", "ratio_last", "clip_frac", "nan")
+    keys = ("reward", "correct", "length", "finished", "flat_groups", "loss", "ratio_first", "ratio_last", "clip_frac",
+            "nan")
     hist = {k: [] for k in keys}
     for step in range(cfg.steps):
         problems = [task.sample(rng) for _ in range(cfg.prompts)]
@@ -88,7 +107,7 @@ def train_teaching_step(model, tokenizer, bugs=(), cfg: RunConfig | None = None)
         values = (b.rewards.mean().item(),
                   float(np.mean([task.correctness_reward(p, t, f) for p, t, f in zip(per_row, texts, fin)])),
                   mask.sum(1).float().mean().item(), b.gen.finished.float().mean().item(),
-                  (b.rewards.view(-1, cfg.group_size).std(1) == 0).float().mean().item(),
+                  (b.rewards.view(-1, cfg.group_size).std(1) == 0).float().mean().item(), rec.loss[0],
                   (first - 1).abs().max().item(), (last - 1).abs().max().item(), clipped.float().mean().item(),
                   float(any(torch.isnan(p).any().item() for p in m.parameters())))
         for k, v in zip(keys, values):
@@ -98,14 +117,19 @@ def train_teaching_step(model, tokenizer, bugs=(), cfg: RunConfig | None = None)
     return {k: np.asarray(v, dtype=float) for k, v in hist.items()}
 
 
-def symptom_runs(model, tokenizer, bug: str, seeds=(0, 1, 2), base: RunConfig | None = None) -> dict[str, list]:
-    """``{"correct step": [history per seed], bug: [history per seed]}`` with the bug's :data:`SYMPTOMS` settings."""
-    base = base or RunConfig()
-    runs = {}
-    for name, bugs in (("correct step", ()), (bug, (bug,))):
-        runs[name] = [train_teaching_step(model, tokenizer, bugs, _with(base, seed=s, **SYMPTOMS[bug].run))
-                      for s in seeds]
-    return runs
+def symptom_runs(model, tokenizer, task: Task, bugs=tuple(SYMPTOMS), seeds=(0, 1, 2),
+                 base: RunConfig | None = None) -> dict[str, dict[str, list]]:
+    """For each bug, ``{"correct": [history per seed], "buggy": [history per seed]}``, both run with the bug's
+    :data:`SYMPTOMS` settings on the same seeds (the correct runs are shared between bugs with the same settings)."""
+    base, cache, out = base or RunConfig(), {}, {}
+    for bug in bugs:
+        cfgs = [_with(base, seed=s, **SYMPTOMS[bug].run) for s in seeds]
+        key = tuple(sorted(SYMPTOMS[bug].run.items()))
+        if key not in cache:
+            cache[key] = [train_teaching_step(model, tokenizer, (), c, task) for c in cfgs]
+        out[bug] = {"correct": cache[key], "buggy": [train_teaching_step(model, tokenizer, (bug,), c, task)
+                                                      for c in cfgs]}
+    return out
 
 
 def _with(cfg: RunConfig, **changes) -> RunConfig:
@@ -137,23 +161,28 @@ class StaleSampler:
         return generate(self.snapshots[0], *args, **kwargs)
 
 
-def stale_runs(model, tokenizer, seeds=(0, 1, 2), steps: int = 30, lag: int = 1, learning_rate: float = 3e-4,
-               clip_max: float = 3.0) -> dict[bool, list[dict[str, np.ndarray]]]:
-    """GRPO on addition with a :class:`StaleSampler`, without and with truncated IS: ``{correction: [history per
-    seed]}``, the real trainer's metrics."""
+#: the arms of :func:`stale_runs`: (sampler lag, truncated IS on)
+STALE_ARMS = {"fresh sampler": (0, False), "stale, no correction": (None, False), "stale + TIS": (None, True)}
+
+
+def stale_runs(model, tokenizer, task: Task, seeds=(0, 1, 2), steps: int = 30, lag: int = 1,
+               learning_rate: float = 3e-4, clip_max: float = 3.0) -> dict[str, list[dict[str, np.ndarray]]]:
+    """GRPO on ``task`` with the trainer's own (fresh) sampler, with a :class:`StaleSampler` ``lag`` rollouts behind,
+    and with that sampler plus truncated IS (``clip_max``): ``{arm: [history per seed]}`` (:data:`STALE_ARMS`),
+    the real trainer's metrics."""
     out = {}
-    for correction in (False, True):
-        out[correction] = []
+    for arm, (arm_lag, correction) in STALE_ARMS.items():
+        out[arm] = []
         for seed in seeds:
             cfg = GRPOConfig(prompts_per_step=8, num_generations=8, eval_every=0, max_steps=steps, seed=seed,
                              learning_rate=learning_rate, vllm_importance_sampling_correction=correction,
                              vllm_importance_sampling_clip_max=clip_max)
-            trainer = GRPOTrainer(copy.deepcopy(model), tokenizer, AdditionTask(eval_size=20), cfg,
-                                  sampler=StaleSampler(lag))
+            sampler = None if arm_lag == 0 else StaleSampler(lag)
+            trainer = GRPOTrainer(copy.deepcopy(model), tokenizer, task, cfg, sampler=sampler)
             hist = trainer.train(progress=False).history
-            out[correction].append({k: np.asarray(v, dtype=float) for k, v in hist.items()})
+            out[arm].append({k: np.asarray(v, dtype=float) for k, v in hist.items()})
     return out
 
 
-__all__ = ["RunConfig", "SYMPTOMS", "StaleSampler", "Symptom", "stale_runs", "summarise_runs", "symptom_runs",
-           "train_teaching_step"]
+__all__ = ["RunConfig", "STALE_ARMS", "SYMPTOMS", "StaleSampler", "Symptom", "prefix_setup", "stale_runs",
+           "summarise_runs", "symptom_runs", "train_teaching_step"]
