@@ -249,7 +249,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if exercise is not None and exercise.isdigit():
         exercise = exercise.zfill(2)
     try:
-        return grade.main(exercise, args.path, notebook=not args.no_notebook, verbose=args.verbose)
+        return grade.main(exercise, args.path, notebook=not args.no_notebook, verbose=args.verbose,
+                          tests=not args.no_tests)
     except (FileNotFoundError, KeyError) as exc:
         _error("grade", _one_line(exc.args[0] if exc.args else exc))
         return 2
@@ -485,11 +486,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     grade = sub.add_parser("grade", help="grade your exercises and print a score table",
-                           description="Grade exercise notebooks: every graded item, then the notebook "
-                                       "run top to bottom in smoke mode.")
+                           description="Grade exercise notebooks: every graded item, the exercise's "
+                                       "property tests, then the notebook run top to bottom in smoke mode; "
+                                       "one score.")
     grade.add_argument("exercise", nargs="?", help="exercise number, e.g. 01 (default: all)")
     grade.add_argument("--path", help="grade this notebook instead of exercises/NN_*.ipynb")
     grade.add_argument("--no-notebook", action="store_true", help="skip running the notebook top to bottom")
+    grade.add_argument("--no-tests", action="store_true",
+                       help="skip the exercise's property tests (tests/grading/test_exNN.py)")
     grade.add_argument("-v", "--verbose", action="store_true", help="print every item's full verdict")
     grade.set_defaults(func=cmd_grade)
 

@@ -18,9 +18,13 @@ line, so the two cannot drift apart:
 The expected result is the reference's. Numbers are compared with ``torch.testing.assert_close``
 (``rtol``/``atol`` per case); its report (mismatched elements, greatest absolute and relative
 difference) goes into the verdict under "expected" and "got". Each :class:`WrongAnswer` is a typical
-mistake written as code: when the learner's result equals the mistake's result on a case, the
-verdict shows the mistake's hint. The grader's own tests check that every wrong answer fails its item
-with its hint, so hints cannot rot.
+mistake written as code: when the learner's results equal the mistake's on every case (a hint must
+not name a mistake the learner did not make), the verdict shows the mistake's hint; a result that is
+right but for float32 rounding gets a precision hint instead of a case's own. The grader's own tests
+check that every wrong answer fails its item with its hint, so hints cannot rot.
+
+The learner's call gets fresh copies too, and the engine checks them afterwards: a function that
+returns the right result but overwrote its caller's tensor (``rewards -= rewards.mean()``) fails.
 """
 
 from __future__ import annotations
@@ -260,11 +264,15 @@ class Raised:
 
 @dataclass
 class WrongAnswer:
-    """A typical mistake, as code, and the hint a learner who made it should read."""
+    """A typical mistake, as code, and the hint a learner who made it should read.
+
+    ``quick``: the check cell's quick cases catch it; False for a mistake only the grader's full set of
+    cases (``quick=False`` cases: μ > 1, a moved reference, integer inputs, ...) can see."""
 
     name: str
     fn: Callable
     hint: str
+    quick: bool = True
 
 
 def checked_by(reference: Callable, mistake: Callable) -> Callable:
@@ -289,6 +297,9 @@ class Item:
     cases: list[Case]
     wrong_answers: list[WrongAnswer] = field(default_factory=list)
     time_limit: float = 10.0  #: seconds per case
+    #: outcomes of the reference and of the typical mistakes, by (case, function): they are deterministic
+    #: (fresh inputs each call), and a failing item compares the learner with every mistake on every case
+    _outcomes: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def id(self) -> str:
@@ -338,6 +349,9 @@ class CaseResult:
     message: str = ""  #: the lines under "input" in the verdict
     hint: str = ""
     reason: str = ""  #: one line: why it failed
+    got: Any = None  #: what the learner's function gave (for the diagnosis of the whole item)
+    expected_text: str = ""  #: the reference's result, shown
+    got_text: str = ""  #: the learner's result, shown
 
 
 @dataclass
@@ -366,7 +380,9 @@ class ItemResult:
             return "all checks passed"
         f = self.first_failure
         reason = f.reason or (f.message.splitlines()[0] if f.message else "failed")
-        return f"case '{f.case.name}': {reason}" + (f" Hint: {f.hint}" if f.hint else "")
+        shown = f" Yours: {_short(f.got_text)}; expected: {_short(f.expected_text)}." if f.got_text else ""
+        stop = "" if reason.endswith((".", ":", "?", "!")) else "."
+        return f"case '{f.case.name}': {reason}{stop}{shown}" + (f" Hint: {f.hint}" if f.hint else "")
 
     @property
     def not_implemented(self) -> bool:
@@ -468,10 +484,10 @@ def compare(got: Any, expected: Any, rtol: float = 1e-5, atol: float = 1e-6) -> 
 
 # --- Running cases
 
-def outcome(item: Item, case: Case, fn: Callable, seconds: float = 0) -> Any:
-    """What ``fn`` gives on fresh inputs of ``case``: its result, or a :class:`Raised` (timeouts and
-    NotImplementedError re-raise)."""
-    inputs = item.inputs(case)
+def outcome(item: Item, case: Case, fn: Callable, seconds: float = 0, inputs: Inputs | None = None) -> Any:
+    """What ``fn`` gives on fresh inputs of ``case`` (or on ``inputs``): its result, or a :class:`Raised`
+    (timeouts and NotImplementedError re-raise)."""
+    inputs = item.inputs(case) if inputs is None else inputs
     try:
         with time_limit(seconds):
             return case.call.run(fn, inputs) if case.call else inputs(fn)
@@ -481,34 +497,147 @@ def outcome(item: Item, case: Case, fn: Callable, seconds: float = 0) -> Any:
         return Raised(type(exc), str(exc).splitlines()[0] if str(exc) else "")
 
 
-def _explained_by(item: Item, case: Case, got: Any, expected: Any) -> str:
-    """The hint of the first typical mistake whose result (wrong on this case) equals ``got``."""
-    for wrong in item.wrong_answers:
+def _short(text: str, width: int = 60) -> str:
+    """A shown result cut to one short line for the score table."""
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _cached(item: Item, case: Case, key: str, fn: Callable) -> Any:
+    """``outcome(item, case, fn)``, computed once per item, case and function (``key`` names the function)."""
+    slot = (id(case), key)
+    if slot not in item._outcomes:
         try:
-            wrong_result = outcome(item, case, wrong.fn)
-        except Exception:  # noqa: BLE001
-            continue
-        if compare(wrong_result, expected, case.rtol, case.atol) is not None and \
-                compare(got, wrong_result, case.rtol, case.atol) is None:
-            return wrong.hint
-    return case.hint
+            item._outcomes[slot] = outcome(item, case, fn)
+        except Exception as exc:  # noqa: BLE001 - a mistake that times out or stops explains nothing
+            item._outcomes[slot] = Raised(type(exc), "")
+    return item._outcomes[slot]
+
+
+def _same_data(a: Any, b: Any) -> bool:
+    """Exactly equal input data (NaN equal to NaN); functions and other objects are not compared."""
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.shape != b.shape or a.dtype != b.dtype:
+            return False
+        a, b = a.detach(), b.detach()
+        if a.is_floating_point() or a.is_complex():
+            return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+        return torch.equal(a, b)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same_data(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_data(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+        return True
+    if isinstance(a, (int, float, str, bool)) or a is None:
+        return a == b
+    return True
+
+
+def _edited_inputs(item: Item, case: Case, used: Inputs) -> list[str]:
+    """The names of the arguments that the call changed in place (compared with freshly made ones)."""
+    pristine = item.inputs(case)
+    names = [*used.names, *used.kwargs]
+    values = [*used.args, *used.kwargs.values()]
+    before = [*pristine.args, *pristine.kwargs.values()]
+    return [name for name, now, then in zip(names, values, before) if not _same_data(now, then)]
+
+
+IN_PLACE_HINT = ("work on a copy: `x = x.clone()` first, or out-of-place operations (`x = x + 1`, not `x += 1`, "
+                 "`x.add_(1)` or `x[i] = …`). The caller still needs its tensor: a rollout's rewards or masks are "
+                 "used again after your function returns.")
+
+#: the loose tolerance at which a result counts as "right but for float32 rounding"
+FLOAT32_RTOL, FLOAT32_ATOL = 1e-4, 1e-5
+
+
+def precision_hint(case: Case) -> str:
+    return (f"your result agrees with the expected one only to float32 precision, and this case checks to "
+            f"rtol={case.rtol:g}, atol={case.atol:g}: compute in the dtype of the inputs (float64 here) — no "
+            f"`.float()`, no `torch.tensor(..., dtype=torch.float32)`, and make new tensors with the inputs' dtype "
+            f"(`torch.zeros_like(x)`, or `dtype=x.dtype`).")
+
+
+def _float32_close(got: Any, expected: Any, case: Case) -> bool:
+    """True when ``got`` differs from ``expected`` only by float32 rounding (each difference at most
+    ``FLOAT32_RTOL`` of the largest expected magnitude, which is how rounding errors of a recursion or a sum
+    scale) and the case asks for more."""
+    if case.rtol >= FLOAT32_RTOL and case.atol >= FLOAT32_ATOL:
+        return False
+    if isinstance(expected, dict):
+        return isinstance(got, dict) and expected.keys() <= got.keys() and \
+            all(_float32_close(got[k], expected[k], case) for k in expected)
+    e, g = _as_tensor(expected), _as_tensor(got)
+    if e is None or g is None or e.shape != g.shape or e.dtype == torch.bool or not torch.isfinite(e).all():
+        return False
+    e, g = e.double(), g.double()
+    return bool(((g - e).abs() <= FLOAT32_RTOL * e.abs().max().clamp(min=1.0) + FLOAT32_ATOL).all())
 
 
 def run_case(item: Item, case: Case, fn: Callable) -> CaseResult:
-    expected = outcome(item, case, item.reference)
+    expected = _cached(item, case, "reference", item.reference)
+    inputs = item.inputs(case)
     try:
-        got = outcome(item, case, fn, item.time_limit)
+        got = outcome(item, case, fn, item.time_limit, inputs=inputs)
     except NotImplementedError:
         return CaseResult(case, False, f"{NOT_IMPLEMENTED}: replace `raise NotImplementedError` with your code")
     except GradingTimeout:
         return CaseResult(case, False, f"did not finish within {item.time_limit:g} s: is there an infinite loop?")
     diff = compare(got, expected, case.rtol, case.atol)
+    expected_text, got_text = show(expected), show(got)
     if diff is None:
-        return CaseResult(case, True)
+        edited = _edited_inputs(item, case, inputs)
+        if not edited:
+            return CaseResult(case, True, got=got)
+        which = ", ".join(f"`{name}`" for name in edited)
+        reason = f"the result is right, but your function changed its input {which} in place"
+        message = "\n".join([f"expected:    {expected_text}", f"got:         {got_text}", f"problem:     {reason}"])
+        return CaseResult(case, False, message, IN_PLACE_HINT, reason, got, expected_text, got_text)
     problem = diff.splitlines()
-    message = "\n".join([f"expected:    {show(expected)}", f"got:         {show(got)}", f"problem:     {problem[0]}",
+    message = "\n".join([f"expected:    {expected_text}", f"got:         {got_text}", f"problem:     {problem[0]}",
                          *(" " * 13 + line for line in problem[1:])])
-    return CaseResult(case, False, message, _explained_by(item, case, got, expected), problem[0])
+    key = diff.split(":", 1)[0] if isinstance(expected, dict) and isinstance(got, dict) else None
+    if key is not None and key in expected and key in got:  # the score table shows the part that differs
+        expected_text, got_text = f"{key}: {show(expected[key])}", f"{key}: {show(got[key])}"
+    hint = precision_hint(case) if _float32_close(got, expected, case) else case.hint
+    return CaseResult(case, False, message, hint, problem[0], got, expected_text, got_text)
+
+
+def _diagnose(item: Item, results: list[CaseResult]) -> None:
+    """Give the failing cases the hint of the typical mistake that explains the learner's results.
+
+    A mistake explains them when it gives the learner's result on every case whose expected result is a
+    value (refusals are judged by their own cases), and is wrong on some. A learner whose results fit no
+    single mistake gets each case's own hint (or the precision hint) rather than the hint of a mistake they
+    did not make."""
+    ran = [r for r in results if r.message[:len(NOT_IMPLEMENTED)] != NOT_IMPLEMENTED and
+           not r.message.startswith(("did not finish", "not run"))]
+    failing = [r for r in ran if not r.passed and not r.reason.endswith("in place")]
+    if not failing or len(ran) != len(results):
+        return
+    valued = [r for r in ran if not isinstance(_cached(item, r.case, "reference", item.reference), Raised)]
+    fits = []  # (mistake, the cases it gets wrong) for every mistake that gives all the learner's results
+    for wrong in item.wrong_answers:
+        wrong_on = set()
+        for r in valued:
+            theirs = _cached(item, r.case, f"wrong:{wrong.name}", wrong.fn)
+            if compare(r.got, theirs, r.case.rtol, r.case.atol) is not None:
+                break
+            expected = _cached(item, r.case, "reference", item.reference)
+            if compare(theirs, expected, r.case.rtol, r.case.atol) is not None:
+                wrong_on.add(id(r.case))
+        else:
+            if wrong_on:
+                fits.append((wrong, wrong_on))
+    if not fits:
+        return
+    # Two mistakes can give the same results on these cases (the grader's full set tells more of them apart):
+    # name them all rather than guess.
+    hint = fits[0][0].hint if len(fits) == 1 else "these cases cannot tell which of these mistakes you made: " + \
+        " — or: ".join(f"({i}) {w.hint}" for i, (w, _) in enumerate(fits, 1))
+    for r in failing:
+        if any(id(r.case) in on for _, on in fits):
+            r.hint = hint
 
 
 def run_item(item: Item, fn: Callable | None, quick: bool = False) -> ItemResult:
@@ -524,4 +653,5 @@ def run_item(item: Item, fn: Callable | None, quick: bool = False) -> ItemResult
             results.append(CaseResult(case, False, "not run: an earlier case ran out of time"))
         else:
             results.append(run_case(item, case, fn))
+    _diagnose(item, results)
     return ItemResult(item, results)

@@ -6,7 +6,7 @@ import torch
 from torch import tensor
 
 from minigrpo.advantages import batch_reward_to_go, reward_to_go
-from minigrpo.course.grading.core import Case, Item, Made, WrongAnswer, grads, randn, random_flags
+from minigrpo.course.grading.core import Case, Item, Made, WrongAnswer, checked_by, grads, randn, random_flags
 from minigrpo.losses import reinforce_loss
 
 TITLE = "REINFORCE"
@@ -16,6 +16,15 @@ def _rtg_float64_loop(rewards, gamma):
     """An independent oracle: the definition Σ_k γ^k r_{t+k}, summed literally in float64."""
     r = torch.as_tensor(rewards, dtype=torch.float64)
     return torch.stack([sum(gamma**k * r[t + k] for k in range(len(r) - t)) for t in range(len(r))])
+
+
+def _rtg_in_dtype_of(rewards, gamma):
+    """The backward recursion in an accumulator of the rewards' own dtype (right for float rewards only)."""
+    out, running = torch.zeros_like(rewards), torch.zeros((), dtype=rewards.dtype)
+    for t in range(len(rewards) - 1, -1, -1):
+        running = (rewards[t] + gamma * running).to(rewards.dtype)
+        out[t] = running
+    return out
 
 
 def random_logp(*shape: int, seed: int) -> torch.Tensor:
@@ -41,6 +50,9 @@ REWARD_TO_GO = Item(
         Case("random float64 rewards, T = 60, γ = 0.97", (Made(randn, 60, seed=1), 0.97), quick=False,
              rtol=1e-9, atol=1e-9),
         Case("CartPole-like: 200 rewards of 1, γ = 0.99", (Made(torch.ones, 200), 0.99), quick=False),
+        Case("integer rewards (int64, as a counter of steps gives them) are accepted", (tensor([1, 1, 1]), 0.5),
+             quick=False, hint="work in a floating dtype: an int64 result or accumulator (torch.zeros_like(rewards) "
+                               "of int64 rewards) truncates every discounted sum to an integer."),
     ],
     wrong_answers=[
         WrongAnswer("no discount", lambda r, gamma: _rtg_float64_loop(r, 1.0),
@@ -53,6 +65,11 @@ REWARD_TO_GO = Item(
                     "from the last step: out[t] = r[t] + γ·out[t+1]."),
         WrongAnswer("excludes r_t", lambda r, gamma: _rtg_float64_loop(r, gamma) - r,
                     "off by one: the reward-to-go at t includes r[t] itself, undiscounted."),
+        WrongAnswer("integer accumulator", checked_by(reward_to_go, _rtg_in_dtype_of),
+                    "integer rewards gave an integer result: the accumulator took the rewards' dtype "
+                    "(torch.zeros_like(rewards) is int64 for int64 rewards). Convert first: "
+                    "rewards = torch.as_tensor(rewards, dtype=torch.get_default_dtype()) unless it is already floating.",
+                    quick=False),
         WrongAnswer("discounted from the episode start",
                     lambda r, gamma: gamma ** torch.arange(len(r)) * _rtg_float64_loop(r, gamma),
                     "the discount should count steps from t (γ**(t'−t)), not from the start of the episode (γ**t')."),

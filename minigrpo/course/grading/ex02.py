@@ -9,7 +9,7 @@ from torch import tensor
 
 from minigrpo.advantages import gae as package_gae
 from minigrpo.control.onpolicy import explained_variance as package_explained_variance
-from minigrpo.course.grading.core import Case, Item, Made, Spread, WrongAnswer
+from minigrpo.course.grading.core import Case, Item, Made, Spread, WrongAnswer, checked_by
 
 TITLE = "actor-critic and GAE"
 
@@ -136,6 +136,19 @@ def _gae_flattened(rewards, values, next_values, terminated, truncated, gamma, l
     return _gae_variant(*flat, gamma, lam).reshape(r.shape)
 
 
+def _gae_raw_flags(rewards, values, next_values, terminated, truncated, gamma, lam):
+    """GAE whose masks are `~flag` of the flags as given (right for bool flags, not for 0/1 integers)."""
+    r, v, nv = _as_float(rewards), _as_float(values), _as_float(next_values)
+    term, trunc = torch.as_tensor(terminated), torch.as_tensor(truncated)
+    boot, keep = (~term).to(r.dtype), (~(term | trunc)).to(r.dtype)
+    deltas = r + gamma * boot * nv - v
+    adv, running = torch.zeros_like(r), torch.zeros_like(r[0])
+    for t in range(len(r) - 1, -1, -1):
+        running = deltas[t] + gamma * lam * keep[t] * running
+        adv[t] = running
+    return adv
+
+
 _GAE_SHAPE_HINT = ("check the shapes first: values, next_values, terminated and truncated must all have the "
                    "shape of rewards; raise ValueError when one differs (broadcasting would hide the bug).")
 
@@ -166,6 +179,11 @@ GAE_CASES = [
     Case("mismatched shapes are refused with a ValueError",
          (torch.ones(3), torch.ones(3, 1), torch.ones(3), tensor([F, F, F]), tensor([F, F, F]), 0.9, 0.95),
          hint=_GAE_SHAPE_HINT),
+    Case("episode-end flags given as 0/1 integers (int64), one of each kind",
+         (tensor([1.0, 1.0, 1.0, 1.0]), tensor([1.0, 2.0, 0.0, 1.0]), tensor([2.0, 4.0, 1.0, 2.0]),
+          tensor([0, 0, 1, 0]), tensor([0, 1, 0, 0]), 0.5, 0.8), quick=False,
+         hint="turn the flags into booleans (terminated.bool()) or floats before combining them: on an int64 tensor "
+              "`~` is a bitwise not (~0 = −1, ~1 = −2), not 'not ended'."),
     Case("random float64 [T] rollout, T = 200, γ = 0.99, λ = 0.95", (Spread(random_rollout, 200, seed=2), 0.99, 0.95),
          quick=False, rtol=1e-9, atol=1e-9),
     Case("random float64 [T, N] rollout, [64, 8], γ = 0.97, λ = 0.9", (Spread(random_rollout, 64, 8, seed=3), 0.97, 0.9),
@@ -184,6 +202,9 @@ GAE = Item(
                     "a truncated step was treated like a terminal one: a time limit does not make the future "
                     "worthless, so δ_t must still bootstrap from next_values[t]. Zero the bootstrap only where "
                     "terminated is True (the recursion stops at both kinds of end)."),
+        WrongAnswer("recursion never reset", partial(_gae_variant, stop_mask="none"),
+                    "the running sum never restarts: after *any* episode end (terminated or truncated) the next row "
+                    "belongs to a new episode, so A_t = δ_t + γλ·(1 − terminated_t)·(1 − truncated_t)·A_{t+1}."),
         WrongAnswer("recursion crosses a truncation", partial(_gae_variant, stop_mask="term"),
                     "your advantages leak across a truncation: the running sum must restart after *any* episode "
                     "end (terminated or truncated), because the next row belongs to a new episode. Multiply "
@@ -206,6 +227,9 @@ GAE = Item(
         WrongAnswer("episode-end flags off by one", partial(_gae_variant, flags_from_next=True),
                     "off by one: the flags at index t say whether step t ended its episode, so they decide "
                     "whether A_t may look at A_{t+1}. Use terminated[t] / truncated[t], not the flags of t + 1."),
+        WrongAnswer("bitwise not of integer flags", checked_by(package_gae, _gae_raw_flags),
+                    "with 0/1 integer flags, `~flags` is −1/−2 (a bitwise not), so your masks were wrong: convert the "
+                    "flags with .bool() first (or use 1 − flags.float()).", quick=False),
         WrongAnswer("[T, N] flattened", _gae_flattened,
                     "the envs got mixed: flattening [T, N] interleaves N environments into one stream. "
                     "Run the recursion over the time axis only, on whole rows: running = δ[t] + γλ·mask[t]·running "

@@ -6,7 +6,7 @@ from functools import partial
 
 import torch
 
-from minigrpo.course.grading.core import Case, Item, Spread, WrongAnswer, grads, with_ratios
+from minigrpo.course.grading.core import Case, Item, Spread, WrongAnswer, checked_by, grads, with_ratios
 from minigrpo.losses import clipped_surrogate_loss as _package_loss
 
 TITLE = "PPO"
@@ -154,6 +154,10 @@ PPO_CLIP_FRACTION = Item(
         WrongAnswer("upper side only",
                     lambda logp, old, adv, eps: ((adv > 0) & (torch.exp(logp - old) > 1 + eps)).double().mean(),
                     "you counted only r > 1 + ε with A > 0; samples with A < 0 and r < 1 − ε are clipped too."),
+        WrongAnswer("ratio as a quotient of log-probs",
+                    checked_by(reference_clip_fraction, lambda logp, old, adv, eps: _share(logp / old, adv, eps)),
+                    "the ratio is π/π_old = exp(logp − old_logp), not logp / old_logp (a quotient of two negative "
+                    "log-probs, which is not a probability ratio at all)."),
         WrongAnswer("signs swapped", lambda logp, old, adv, eps: _share(torch.exp(logp - old), -adv, eps),
                     "the signs are swapped: with A > 0 the objective rewards a larger ratio, so the clip "
                     "acts above 1 + ε; with A < 0 it acts below 1 − ε."),

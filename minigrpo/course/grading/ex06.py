@@ -117,10 +117,13 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, mask, epsilon=0.2, beta=0.04
 
 
 def _gl_variant(logp, old_logp, ref_logp, advantages, mask, epsilon=0.2, beta=0.04, *, kl="k3", pick=torch.min,
-                mean="token", kl_in_advantage=False):
-    """The GRPO loss with one thing done wrong (each wrong answer below switches one knob)."""
-    ratio = torch.exp(logp - old_logp.detach())
-    a = advantages.detach().unsqueeze(-1)
+                mean="token", kl_in_advantage=False, detach=True):
+    """The GRPO loss with one thing done wrong (each wrong answer below switches one knob). Its token mean
+    divides by mask.sum() unguarded (NaN for an all-masked batch; the reference clamps it to ≥ 1)."""
+    if detach:
+        old_logp, ref_logp = old_logp.detach(), ref_logp.detach()
+    ratio = torch.exp(logp - old_logp)
+    a = (advantages.detach() if detach else advantages).unsqueeze(-1)
     kl_term = {"k3": _k3(logp, ref_logp), "k1": logp - ref_logp, "swapped": _k3(ref_logp, logp)}[kl]
     if kl_in_advantage:  # the PPO-RLHF way: a penalty in the reward
         a, kl_term = a - beta * kl_term.detach(), 0.0
@@ -128,6 +131,10 @@ def _gl_variant(logp, old_logp, ref_logp, advantages, mask, epsilon=0.2, beta=0.
     m = mask.to(logp.dtype)
     if mean == "all":
         return per_token.mean()
+    if mean == "masked_all":
+        return (per_token * m).mean()
+    if mean == "guarded":
+        return (per_token * m).sum() / m.sum().clamp(min=1)
     return ((per_token * m).sum(-1) / m.sum(-1)).mean() if mean == "sequence" else (per_token * m).sum() / m.sum()
 
 
@@ -138,7 +145,7 @@ _HAND = (Spread(with_ratios, f64([[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.7]]), rati
 
 
 def grpo_batch(seed: int, B: int = 6, C: int = 8, on_policy: bool = False, zero_advantages: bool = False,
-               junk_after_eos: bool = False):
+               junk_after_eos: bool = False, all_masked: bool = False):
     """Random float64 (logp, old_logp, ref_logp, advantages, mask) for B completions of up to C tokens.
     ``on_policy``: old_logp = logp (every ratio 1); ``zero_advantages``: all-equal groups;
     ``junk_after_eos``: unusual values at the masked positions (they must change nothing)."""
@@ -153,6 +160,8 @@ def grpo_batch(seed: int, B: int = 6, C: int = 8, on_policy: bool = False, zero_
         old = logp.clone()
     if zero_advantages:
         adv = torch.zeros_like(adv)
+    if all_masked:  # every completion empty (e.g. a batch cut to zero new tokens): nothing counts
+        mask = torch.zeros_like(mask)
     if junk_after_eos:
         junk = mask == 0
         logp, old, ref = logp.masked_fill(junk, -0.01), old.masked_fill(junk, -3.0), ref.masked_fill(junk, -4.0)
@@ -174,6 +183,15 @@ GL_CASES = [
          call=grads("logp"), quick=False, rtol=1e-9, atol=1e-12),
     Case("a larger random batch, defaults", (Spread(grpo_batch, 5, B=16, C=12),), call=grads("logp"), quick=False,
          rtol=1e-9, atol=1e-12),
+    Case("old_logp, ref_logp and the advantages carry a graph: no gradient flows into them", _HAND,
+         call=grads("old_logp", "ref_logp", "advantages", value=False,
+                    requires_grad=("logp", "old_logp", "ref_logp", "advantages")), quick=False,
+         hint="detach old_logp, ref_logp and the advantages: they are fixed data of the rollout (old log-probs "
+              "computed with a graph, by a forgotten torch.no_grad(), must not be optimised)."),
+    Case("an all-masked batch (no completion token counts): loss 0 and no NaN",
+         (Spread(grpo_batch, 6, B=3, C=4, all_masked=True),), call=grads("logp"), quick=False,
+         hint="guard the denominator: Σ mask·loss / max(Σ mask, 1), so that a batch with no counted token gives 0, "
+              "not 0/0 = NaN (which would poison every weight at the next optimizer step)."),
 ]
 
 GRPO_LOSS = Item(
@@ -196,6 +214,15 @@ GRPO_LOSS = Item(
         WrongAnswer("per-sequence mean", partial(_gl_variant, mean="sequence"),
                     "that is the per-sequence mean (DeepSeekMath's GRPO: each completion weighs the same); this "
                     "exercise asks for DAPO's token mean: one mean over all unmasked tokens of the batch."),
+        WrongAnswer("masked, then a mean over every position", partial(_gl_variant, mean="masked_all"),
+                    "you zeroed the tokens after the EOS but still divided by every position (B·T): divide by the "
+                    "number of counted tokens, Σ mask·loss / Σ mask."),
+        WrongAnswer("old log-probs not detached", partial(_gl_variant, mean="guarded", detach=False),
+                    "gradient flows into old_logp, ref_logp or the advantages: detach them (.detach()); the ratio's "
+                    "denominator π_old is a fixed snapshot, not something to optimise.", quick=False),
+        WrongAnswer("no guard for an empty mask", partial(_gl_variant),
+                    "a batch with no counted token divides 0 by 0: use mask.sum().clamp(min=1) as the denominator.",
+                    quick=False),
         WrongAnswer("max instead of min", partial(_gl_variant, pick=torch.max),
                     "take the *min* of ρ·A and clip(ρ)·A (the pessimistic bound, then negate it for the loss); the "
                     "max lets ratios run away exactly where the clip should stop them."),

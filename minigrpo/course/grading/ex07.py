@@ -8,14 +8,19 @@ planted bug switched on, so a verdict names the bug that is still there.
 
 from __future__ import annotations
 
+import copy
 import functools
 from functools import partial
 
 import torch
 
+from minigrpo.advantages import group_advantages
 from minigrpo.course.grading.core import Call, Case, Item, WrongAnswer, checked_by, f64
-from minigrpo.debugging.buggy_step import BUGS, buggy_grpo_step
-from minigrpo.debugging.detections import DETECTIONS, GROUP_SIZE, PROMPTS, TEMPERATURE, debugging_setup
+from minigrpo.debugging.buggy_step import BUGS, StepConfig, StepRecord, buggy_grpo_step, make_batch
+from minigrpo.debugging.detections import (DETECTIONS, GROUP_SIZE, MAX_NEW_TOKENS, PROMPTS, TEMPERATURE,
+                                           debugging_setup)
+from minigrpo.llm.sampling import position_ids_from_mask
+from minigrpo.losses import kl_estimate, token_logprobs
 
 TITLE = "Debugging a GRPO step"
 
@@ -58,6 +63,143 @@ def _wrong(bug: str, hint: str) -> WrongAnswer:
     return WrongAnswer(bug, _with_bug(bug), f"bug still there — {bug}: {hint}")
 
 
+# --------------------------------------------------------------------------- beyond inner step 0 and ref = policy
+# Every detection above runs where ρ = 1 exactly (inner step 0) or with the reference a copy of the policy (any KL is
+# 0). The grader's cases below run where those hide mistakes: a reference moved away from the policy, a KL in the
+# reward, μ = 3 inner steps. They compare what the step records with what the reference step records.
+
+
+def step_variant(model, ref_model, batch, optimizer, cfg, *, loss_type="token", unbiased=True, kl_sign=1.0,
+                 kl_tokens="completion", ref_is_policy=False, kl_kind="k3", zero_grad=True, ratio_to="old"):
+    """A learner-style GRPO step (the solution's shape) with one mistake per knob; the defaults are correct
+    and agree with :func:`reference_step`. The knobs are the mistakes that inner step 0 and ref = policy hide:
+    ``loss_type="sequence"`` (per-sequence mean), ``unbiased=False`` (population std), ``kl_sign=-1`` (a KL
+    *bonus* in the reward), ``kl_tokens="all"`` (the reward's KL summed over prompt and padding columns),
+    ``ref_is_policy`` (the reference scored with the policy), ``kl_kind`` ("k1" or "swapped" instead of k3),
+    ``zero_grad=False`` (gradients accumulate across inner steps), ``ratio_to="current"`` (ρ against a detached
+    copy of the current log-probs: 1 at every inner step)."""
+    gen, G, T = batch.gen, batch.group_size, batch.temperature
+    ids, attn = gen.sequences, gen.attention_mask
+    P, rec = gen.prompt_ids.shape[1], StepRecord()
+
+    def score(m):
+        logits = m(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits
+        return token_logprobs(logits, ids, T)
+
+    mask = torch.cat([torch.zeros_like(gen.prompt_mask[:, 1:]), gen.completion_mask], 1).float()
+    rec.loss_mask = mask
+    with torch.no_grad():
+        old = score(model)
+        ref = score(model if ref_is_policy else ref_model) if ref_model is not None else None
+        r = batch.rewards
+        if cfg.kl_in_reward:
+            counted = torch.ones_like(mask) if kl_tokens == "all" else mask
+            r = r - kl_sign * cfg.kl_in_reward * ((old - ref) * counted).sum(-1)
+        if unbiased:
+            adv = group_advantages(r, G, "group", cfg.eps)
+        else:
+            g = r.view(-1, G)
+            adv = ((g - g.mean(1, keepdim=True)) / (g.std(1, unbiased=False, keepdim=True) + cfg.eps)).reshape(-1)
+    for it in range(cfg.num_iterations):
+        logp = score(model)
+        ratio = torch.exp(logp - (old if ratio_to == "old" else logp.detach()))
+        a = adv[:, None]
+        per_tok = -torch.min(ratio * a, torch.clamp(ratio, 1 - cfg.epsilon, 1 + cfg.epsilon) * a)
+        kl = {"k3": lambda: kl_estimate(logp, ref, "k3"), "k1": lambda: logp - ref,
+              "swapped": lambda: kl_estimate(ref, logp, "k3")}[kl_kind]() if ref is not None else torch.zeros_like(logp)
+        if cfg.beta:
+            per_tok = per_tok + cfg.beta * kl
+        if loss_type == "sequence":
+            loss = ((per_tok * mask).sum(-1) / mask.sum(-1).clamp(min=1)).mean()
+        else:
+            loss = (per_tok * mask).sum() / mask.sum().clamp(min=1)
+        if zero_grad or it == 0:
+            optimizer.zero_grad()
+        loss.backward()
+        if it == 0:
+            rec.logp, rec.kl = logp.detach()[:, P - 1:], kl.detach()[:, P - 1:]
+            rec.grad = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]).clone()
+        rec.loss.append(loss.item())
+        rec.ratio.append(ratio.detach()[:, P - 1:])
+        rec.old_logp.append(old[:, P - 1:])
+        rec.advantages.append(adv)
+        optimizer.step()
+    return rec
+
+
+def _variant(name: str, **knobs):
+    step = partial(step_variant, **knobs)
+    step.__name__ = name
+    return step
+
+
+def moved_reference(model, scale: float = 0.05, seed: int = 0):
+    """A frozen copy of ``model`` moved away from it by seeded noise (std ``scale``) on every weight."""
+    ref = copy.deepcopy(model).eval().requires_grad_(False)
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g, dtype=p.dtype))
+    return ref
+
+
+def _run_moved(step, cfg: StepConfig, lr: float = 0.0, flat_groups: bool = False):
+    """The step on copies of the debugging model, with a moved reference; Adam(lr) when lr > 0, else SGD(0).
+    ``flat_groups``: rewards equal within each group, so every advantage is 0 and only the KL moves the policy."""
+    model, tok = _setup()
+    policy = copy.deepcopy(model)
+    rewards = torch.arange(len(PROMPTS), dtype=torch.float32).repeat_interleave(GROUP_SIZE) if flat_groups else None
+    batch = make_batch(model, tok, list(PROMPTS), GROUP_SIZE, MAX_NEW_TOKENS, TEMPERATURE, rewards)
+    opt = torch.optim.Adam(policy.parameters(), lr=lr) if lr > 0 else torch.optim.SGD(policy.parameters(), lr=0.0)
+    return step(policy, moved_reference(model), batch, opt, cfg), batch
+
+
+def _kl_and_grad(step, inputs):
+    rec, b = _run_moved(step, StepConfig(beta=0.04), flat_groups=True)
+    return {"per-token KL": rec.kl * b.gen.completion_mask, "gradient": rec.grad}
+
+
+def _shaped_advantages(step, inputs):
+    rec, _ = _run_moved(step, StepConfig(kl_in_reward=0.1))
+    return rec.advantages[0].detach()
+
+
+def _inner_steps(step, inputs):
+    rec, b = _run_moved(step, StepConfig(num_iterations=3, beta=0.04), lr=1e-3)
+    m = b.gen.completion_mask
+    return {"loss at inner steps 1-3": torch.tensor(rec.loss, dtype=torch.float64),
+            "ratio at inner steps 2-3": torch.stack([rec.ratio[1] * m, rec.ratio[2] * m])}
+
+
+_MOVED = f"{_BATCH}, the reference moved away from the policy (moved_reference: N(0, 0.05²) on every weight)"
+
+MOVED_REF_CASE = Case(
+    "a reference moved away from the policy: the per-token KL and its gradient",
+    call=Call(_kl_and_grad, f"your grpo_step on {_MOVED}, rewards equal within each group (every advantage 0: only "
+                            "the KL moves the policy), beta = 0.04; compared: record.kl on the completion tokens and "
+                            "record.grad"),
+    quick=False, rtol=1e-4, atol=1e-6,
+    hint="with a reference that differs from the policy the KL is no longer 0: score the reference model (not the "
+         "policy) at the sampling temperature, use k3 = exp(ref − logp) − 1 − (ref − logp) per token, and average "
+         "β·k3 with the loss's token mean (if 07.2 fails too, fix that first: it weighs the KL as well).")
+
+SHAPED_REWARD_CASE = Case(
+    "a KL penalty in the reward, with a moved reference: the advantages",
+    call=Call(_shaped_advantages, f"your grpo_step on {_MOVED}, kl_in_reward = 0.1; compared: record.advantages[0]"),
+    quick=False, rtol=1e-4, atol=1e-5,
+    hint="the shaped reward is r − kl_in_reward · Σ_t (old_logp − ref_logp) over the completion tokens up to the EOS "
+         "(the loss mask): a penalty, subtracted, from the rollout's log-probs.")
+
+INNER_STEPS_CASE = Case(
+    "μ = 3 inner steps (ρ ≠ 1 after the first): each step's loss and ratios",
+    call=Call(_inner_steps, f"your grpo_step on {_MOVED}, num_iterations = 3, beta = 0.04, Adam lr 1e-3; compared: "
+                            "record.loss at the 3 inner steps and record.ratio at inner steps 2 and 3 (completion tokens)"),
+    quick=False, rtol=1e-3, atol=1e-5,
+    hint="after the first optimizer step ρ = exp(logp − old_logp) moves away from 1: keep old_logp from before the "
+         "loop, recompute logp at every inner step, and zero the gradients before each backward pass. (Every inner "
+         "step starts from the first one's update: if 07.1–07.3 fail too, fix them first.)")
+
+
 # --------------------------------------------------------------------------- 07.1 log-probs
 
 LOGPROBS = Item(
@@ -73,6 +215,7 @@ LOGPROBS = Item(
         _case("kl_zero_at_step0", "max |k3| with the reference a copy of the policy, beta = 0.04",
               "with the reference equal to the policy the KL must be 0: score the reference exactly like the policy.",
               1e-6),
+        MOVED_REF_CASE,
     ],
     wrong_answers=[
         _wrong("logprob_off_by_one", "score token t+1 with logits[:, t] — log_softmax(logits[:, :-1] / T) gathered "
@@ -81,6 +224,15 @@ LOGPROBS = Item(
                "temperature, like the old-log-prob and reference passes."),
         _wrong("ref_no_temperature", "score the reference model at the sampling temperature too, or the KL compares "
                "two different distributions from step 0."),
+        WrongAnswer("reference scored with the policy", _variant("ref_is_policy", ref_is_policy=True),
+                    "your KL is 0 even when the reference has moved: the reference log-probs must come from ref_model, "
+                    "not from the policy (with a copy of the policy as reference, the two look the same).", quick=False),
+        WrongAnswer("k1 in the loss", _variant("k1", kl_kind="k1"),
+                    "the loss's KL term is k3 = exp(ref − logp) − 1 − (ref − logp), not k1 = logp − ref: k1 can be "
+                    "negative per token and its gradient does not pull the policy back to the reference.", quick=False),
+        WrongAnswer("k3 with the log-probs swapped", _variant("k3_swapped", kl_kind="swapped"),
+                    "k3 is written with log r = ref_logp − logp: exp(ref − logp) − 1 − (ref − logp). You swapped the "
+                    "two, which estimates KL(π_ref ‖ π) from the policy's samples.", quick=False),
     ],
 )
 
@@ -93,7 +245,8 @@ MASKS = Item(
         _case("loss_matches_hand_value", "|loss − (−Σ_b A_b·L_b / Σ_b L_b)| at ρ = 1, β = 0, L_b = tokens of "
               "completion b up to and including its first EOS",
               "at ρ = 1 each counted token contributes −A: count the completion tokens up to and including the "
-              "first EOS, nothing of the prompt, and use the group-normalised advantages.", 1e-6),
+              "first EOS, nothing of the prompt, average over all counted tokens of the batch at once (Σ/Σ, not per "
+              "completion), and use the group-normalised advantages (sample std + eps).", 1e-6),
         _case("invariant_to_tokens_after_eos", "the largest change of the loss or of the gradient when the tokens "
               "after each EOS are replaced by '7'",
               "tokens after the first EOS were never sampled: mask them out by position, not by token id.", 1e-6),
@@ -105,6 +258,10 @@ MASKS = Item(
                "completion columns."),
         _wrong("eos_masked", "with pad == eos, `ids != pad_id` also drops the EOS; build the mask by position "
                "(no EOS strictly before the token), e.g. minigrpo.llm.sampling.completion_mask."),
+        WrongAnswer("per-sequence mean", _variant("per_sequence_mean", loss_type="sequence"),
+                    "your tokens are right, but you averaged each completion first and then the completions "
+                    "(DeepSeekMath's per-sequence mean): this step uses one token mean over the batch, "
+                    "Σ mask·loss / Σ mask, so a long completion weighs by its length."),
     ],
 )
 
@@ -124,6 +281,7 @@ ADVANTAGES = Item(
         _case("advantages_fixed_across_inner_steps", "max |advantages at inner step 2 − at inner step 1| with "
               "kl_in_reward = 0.1, num_iterations = 2, Adam lr 1e-2",
               "compute the advantages once per batch, from the rollout, before the inner loop.", 0.0),
+        SHAPED_REWARD_CASE,
     ],
     wrong_answers=[
         _wrong("batch_norm_adv", "normalise each reward with the mean and std of its own group of G, not of the "
@@ -134,6 +292,15 @@ ADVANTAGES = Item(
                "the current policy at each inner step."),
         _wrong("adv_not_detached", "the shaped reward was computed from log-probs that carry a gradient: use the "
                "rollout's (no-grad) log-probs, or .detach()."),
+        WrongAnswer("population std", _variant("population_std", unbiased=False),
+                    "your advantages use the population std (÷ G, unbiased=False); group_advantages uses the sample "
+                    "std (÷ (G − 1), torch.std's default) plus eps.", quick=False),
+        WrongAnswer("KL added to the reward", _variant("kl_bonus", kl_sign=-1.0),
+                    "the KL enters the reward as a penalty: r − kl_in_reward · Σ (old_logp − ref_logp). You added it, "
+                    "which pays the policy for drifting away from the reference.", quick=False),
+        WrongAnswer("reward KL over every column", _variant("kl_all_columns", kl_tokens="all"),
+                    "sum the reward's KL over the completion tokens up to the EOS only (the loss mask): the prompt "
+                    "columns and the padding after the EOS are not the policy's actions.", quick=False),
     ],
 )
 
@@ -147,10 +314,18 @@ OLD_LOGPROBS = Item(
               "num_iterations = 2, Adam lr 1e-2",
               "snapshot the old log-probs once, before the first optimizer step, and keep them for every inner "
               "step.", 0.0),
+        INNER_STEPS_CASE,
     ],
     wrong_answers=[
         _wrong("old_logp_after_step", "the old log-probs are recomputed after the optimizer step, so ρ = 1 at every "
                "inner step and the clip never acts: compute them once, before the loop."),
+        WrongAnswer("gradients accumulate", _variant("no_zero_grad", zero_grad=False),
+                    "zero the gradients before every backward pass (optimizer.zero_grad() inside the inner loop): "
+                    "otherwise inner step 2 adds its gradient to step 1's and takes a larger, wrong step.",
+                    quick=False),
+        WrongAnswer("ratio to the current log-probs", _variant("ratio_to_current", ratio_to="current"),
+                    "the ratio is exp(logp − old_logp) with old_logp from before the loop; exp(logp − logp.detach()) "
+                    "is 1 at every inner step (same gradient at step 1, then the clip never acts).", quick=False),
     ],
 )
 
@@ -233,6 +408,9 @@ _GRAD_FLAG = Call(_weights_and_grad_flag, "with trainer_logp requiring grad; com
 _HAND = (f64([[-1.0, -0.5, -2.0, -0.3], [-0.2, -3.0, -1.0, -1.5]]),
          f64([[-1.2, -0.5, -0.4, -2.0], [-0.9, -0.1, -1.0, -1.0]]), torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0]]))
 
+_CAP_HINT = ("raise ValueError unless cap > 0: a cap of 0 sets every weight to 0 and a negative one flips their "
+             "sign, silently switching the loss off or turning it around.")
+
 TIS = Item(
     exercise="07", number=6, function="tis_weights", title="truncated importance-sampling weights",
     reference=tis_weights,
@@ -243,6 +421,8 @@ TIS = Item(
                                                 torch.tensor([[1, 1, 1]]), 3.0), call=_GRAD_FLAG),
         Case("shapes that disagree are refused", (torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3), 3.0),
              hint="raise ValueError when the three tensors do not have the same shape."),
+        Case("cap 0 is refused with a ValueError", (*_HAND, 0.0), quick=False, hint=_CAP_HINT),
+        Case("a negative cap is refused with a ValueError", (*_HAND, -1.0), quick=False, hint=_CAP_HINT),
     ],
     wrong_answers=[
         WrongAnswer("inverted", _tis(lambda t, s, m, cap=3.0: tis_weights(s, t, m, cap)),

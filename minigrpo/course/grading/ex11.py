@@ -214,6 +214,13 @@ def _kv_times(factor):
     return lambda *args: kv_cache_size(*args) * factor(*args)
 
 
+def _kv_without_fp8(*args):
+    """A bytes table without fp8: a KeyError for it, the right answer otherwise."""
+    if args[6] == "fp8":
+        raise KeyError("fp8")
+    return kv_cache_size(*args)
+
+
 KV_CASES = [
     # fp32 first: there "forgot K and V" (÷2) and "counted elements" (÷4) give different numbers.
     Case("multi-query attention, fp32", (32, 32, 1, 128, 4096, 8, "fp32")),
@@ -223,6 +230,9 @@ KV_CASES = [
          hint="raise ValueError unless n_kv_heads divides n_heads: each KV head serves a whole group of query heads."),
     Case("an unknown dtype: a ValueError", (2, 4, 2, 8, 16, 1, "fp64?"), quick=False),
     Case("int8 cache, GQA with 4 groups, a batch of 16", (28, 28, 4, 128, 32768, 16, "int8"), quick=False),
+    Case("an fp8 cache (1 byte per element), GQA with 8 KV heads", (32, 32, 8, 128, 8192, 4, "fp8"), quick=False,
+         hint="fp8 stores 1 byte per element (fp32 4, bf16/fp16 2, fp8/int8 1): the table of bytes per dtype needs "
+              "every dtype the question names."),
 ]
 
 KV_CACHE_SIZE = Item(
@@ -236,6 +246,9 @@ KV_CACHE_SIZE = Item(
                     "fp8/int8 1)."),
         WrongAnswer("query heads", _kv_times((lambda n_layers, n_heads, n_kv_heads, *rest: n_heads / n_kv_heads)),
                     "only the KV heads are cached: use n_kv_heads, not n_heads. That is the whole point of GQA and MQA."),
+        WrongAnswer("no fp8 in the table", _kv_without_fp8,
+                    "your table of bytes per element has no fp8 (a KeyError): fp8, like int8, is 1 byte per element.",
+                    quick=False),
         WrongAnswer("bits, not bytes", _kv_times((lambda *args: 8)),
                     "you counted bits (×8); the answer is in bytes: bf16 is 2 bytes per element."),
     ],

@@ -1,7 +1,8 @@
 """``minigrpo grade``: grade a learner's exercise notebooks and print a score table.
 
-Two parts per exercise: every graded item (the full set of cases, harder than the notebook's
-quick checks), and the notebook itself run top to bottom in smoke mode under
+Three parts per exercise, one score: every graded item (the full set of cases, harder than the
+notebook's quick checks), the exercise's property tests (``tests/grading/test_exNN.py``: random inputs,
+float64 oracles, a second model, μ > 1), and the notebook itself run top to bottom in smoke mode under
 ``pytest --nbval-lax``. The notebook is the file as saved on disk, run from a fresh kernel with its
 saved outputs removed: it passes when every cell runs without error (a failing check cell raises),
 whatever verdicts the learner's copy still shows. When it fails, the row names the first failing
@@ -120,7 +121,62 @@ def run_nbval(path: Path, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT) -> tuple[bo
                    f"{_cell_error(out, first)}{others}. {SAVED_ON_DISK}")
 
 
-def grade_exercise(exercise: str, path: Path | None = None, notebook: bool = True) -> list[Row]:
+def property_tests(exercise: str) -> Path | None:
+    """``tests/grading/test_exNN.py`` of the checkout, if there is one (an installed package has none)."""
+    path = repo_root() / "tests" / "grading" / f"test_ex{exercise}.py"
+    return path if path.is_file() else None
+
+
+class _Reports:
+    """A pytest plugin that keeps the outcome of every test (in order) instead of printing it."""
+
+    def __init__(self):
+        self.passed: list[str] = []
+        self.failed: list[tuple[str, str]] = []  #: (test name, the first line of its error)
+
+    def pytest_runtest_logreport(self, report):
+        name = report.nodeid.split("::", 1)[-1]
+        if report.failed:
+            self.failed.append((name, _error_line(report.longreprtext)))
+        elif report.when == "call" and report.passed:
+            self.passed.append(name)
+
+
+def _error_line(text: str, width: int = 160) -> str:
+    """The assertion message of a pytest failure: its first ``E`` lines, on one line."""
+    lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
+    line = " ".join(" ".join(lines[:2]).split()) if lines else (text.strip().splitlines() or [""])[-1]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def run_property_tests(exercise: str, path: Path) -> tuple[bool, str]:
+    """Run the exercise's property tests on the notebook at ``path`` (in this process: the tests import what
+    the grader has already imported); return (passed, one-line detail)."""
+    import contextlib
+    import io
+
+    import pytest
+
+    tests, path = property_tests(exercise), Path(path).resolve()
+    reports = _Reports()
+    args = [str(tests), "--grade-source", str(path), "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
+            "--rootdir", str(repo_root()), "-k", "not test_item"]  # the items have their own rows
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(out):
+        code = pytest.main(args, plugins=[reports])
+    shown = f"tests/grading/{tests.name}"
+    if code == 0:
+        return True, f"all {len(reports.passed)} property tests ({shown}) passed"
+    if not reports.failed:
+        last = [line for line in out.getvalue().splitlines() if line.strip()][-1:] or [f"pytest exit status {code}"]
+        return False, f"the property tests ({shown}) did not run: {last[0].strip()}"
+    name, message = reports.failed[0]
+    total = len(reports.passed) + len(reports.failed)
+    return False, (f"{len(reports.failed)} of {total} property tests failed; first: {name}"
+                   + (f": {message}" if message else "")
+                   + f" (details: python -m pytest {shown} --grade-source {path})")
+
+
+def grade_exercise(exercise: str, path: Path | None = None, notebook: bool = True, tests: bool = True) -> list[Row]:
     path = path or find_notebook(exercise, repo_root() / "exercises")
     loaded = load_functions(path)
     rows = []
@@ -132,6 +188,9 @@ def grade_exercise(exercise: str, path: Path | None = None, notebook: bool = Tru
             detail = f"`{item.function}` not defined; {loaded.errors[0]}"
         rows.append(Row(f"{item.id} {item.function}", result.passed,
                         f"{result.n_passed}/{len(result.cases)} cases — {detail}", 1))
+    if tests and property_tests(exercise) is not None:
+        ok, detail = run_property_tests(exercise, path)
+        rows.append(Row(f"{exercise} property tests", ok, detail, 1))
     if notebook:
         ok, detail = run_nbval(path)
         rows.append(Row(f"{exercise} notebook (nbval, smoke)", ok, detail, 1))
@@ -167,7 +226,7 @@ def _is_reference_solution(path: Path) -> bool:
 
 
 def main(exercise: str | None = None, path: str | None = None, notebook: bool = True,
-         verbose: bool = False) -> int:
+         verbose: bool = False, tests: bool = True) -> int:
     """Grade one exercise (or all); print the tables and remember each grade
     (:mod:`minigrpo.course.progress`). Exit status 0 only with full marks; 2, with one line on stderr,
     when there is nothing to grade (no such exercise, no notebook, or a file that is not one)."""
@@ -202,7 +261,7 @@ def main(exercise: str | None = None, path: str | None = None, notebook: bool = 
             print(f"minigrpo grade: cannot read {nb_path} as a notebook: {reason}", file=sys.stderr)
             unusable = True
             continue
-        rows = grade_exercise(ex, nb_path, notebook=notebook)
+        rows = grade_exercise(ex, nb_path, notebook=notebook, tests=tests)
         print(format_table(ex, nb_path, rows))
         if verbose:
             loaded = load_functions(nb_path)
