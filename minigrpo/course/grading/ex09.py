@@ -116,7 +116,7 @@ def _clipped(ratio, a, epsilon, pick=torch.min):
     return pick(ratio * a, torch.clamp(ratio, 1 - epsilon, 1 + epsilon) * a)
 
 
-def diffusion_grpo_loss(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
+def diffusion_grpo_loss(logp, old_logp, advantages, kl, epsilon=1e-3, beta=0.0):
     """Reference: mean over (chain, step) of −min(ρA, clip(ρ, 1 ± ε)A) + β·KL, ρ = exp(logp − old) per step."""
     if logp.ndim != 2 or old_logp.shape != logp.shape or kl.shape != logp.shape:
         raise ValueError(f"logp, old_logp and kl must all be [B, K], got {tuple(logp.shape)}, {tuple(old_logp.shape)} "
@@ -126,7 +126,7 @@ def diffusion_grpo_loss(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0):
     return (-_clipped(_ratio(logp, old_logp), advantages.detach().unsqueeze(1), epsilon) + beta * kl).mean()
 
 
-def _gl_variant(logp, old_logp, advantages, kl, epsilon=0.2, beta=0.0, *, clip=True, sign=-1.0, adv_axis=1,
+def _gl_variant(logp, old_logp, advantages, kl, epsilon=1e-3, beta=0.0, *, clip=True, sign=-1.0, adv_axis=1,
                 pick=torch.min, ratio_per="step"):
     """The loss over chains with one thing done wrong (each wrong answer below switches one knob)."""
     log_ratio = logp - old_logp.detach()
@@ -158,11 +158,16 @@ _H_RATIOS = Spread(with_ratios, f64([[-1.0, -0.5, -2.0], [-0.3, -1.2, -0.7]]),
 _H_KL = f64([[0.0, 0.1, 0.2], [0.3, 0.0, 0.1]])
 
 GL_CASES = [
-    Case("by hand: 2 chains × 3 steps, A = +1 and −1", (_H_RATIOS, f64([1.0, -1.0]), _H_KL), call=grads("logp")),
-    Case("the same with beta = 0.5 (the KL term added per step)", (_H_RATIOS, f64([1.0, -1.0]), _H_KL), {"beta": 0.5},
-         call=grads("logp")),
+    Case("by hand: 2 chains × 3 steps, A = +1 and −1, ε = 0.2", (_H_RATIOS, f64([1.0, -1.0]), _H_KL),
+         {"epsilon": 0.2}, call=grads("logp")),
+    Case("the same with beta = 0.5 (the KL term added per step)", (_H_RATIOS, f64([1.0, -1.0]), _H_KL),
+         {"epsilon": 0.2, "beta": 0.5}, call=grads("logp")),
+    Case("the default ε = 1e-3 (per-pixel-mean log-ratios are small): some steps clipped, some not",
+         (Spread(chains, 4, B=3, K=4, spread=2e-3),), call=grads("logp"),
+         hint="the default epsilon is 1e-3, the clip range that pairs with per-pixel-mean log-probs "
+              "(DiffusionGRPOConfig's default; lesson 09 section 12)."),
     Case("a square batch (4 chains × 4 steps): each chain's advantage goes to all its steps",
-         (Spread(chains, 1, B=4, K=4),), call=grads("logp")),
+         (Spread(chains, 1, B=4, K=4),), {"epsilon": 0.2}, call=grads("logp")),
     Case("μ = 1 (old_logp = logp): ratio 1 everywhere, gradient −A/(B·K)",
          (Spread(chains, 2, B=3, K=6, on_policy=True),),
          call=grads("logp")),
