@@ -23,7 +23,8 @@ from minigrpo.diffusion.sampler import ReverseProcess  # noqa: E402
 from minigrpo.diffusion.text_to_image import (UNET_LORA_TARGETS, GuidedDenoiser, PromptEmbeds,  # noqa: E402
                                               TextToImagePolicy, tiny_components, with_prompts)
 from minigrpo.diffusion.text_to_image_grpo import TextToImageGRPOConfig, TextToImageGRPOTrainer  # noqa: E402
-from minigrpo.diffusion.text_to_image_rewards import CLIPScoreReward, ColourReward, colour_of  # noqa: E402
+from minigrpo.diffusion.text_to_image_rewards import (CLIPScoreReward, ColourReward, colour_of,  # noqa: E402
+                                                      smoothness_reward)
 
 PROMPTS = ["a red square", "a blue sky", "a green apple"]
 
@@ -196,6 +197,10 @@ def test_colour_reward_by_hand():
     r = ColourReward()(images, ["a red square", "a white square"])
     assert r.tolist() == pytest.approx([1.0, 0.0])
     assert colour_of("A Blue sky") == (0.0, 0.0, 1.0)
+    # total variation by hand: a flat image 0; vertical stripes 0,1,0,1 (4 wide): |dx| = 1 everywhere, |dy| = 0
+    stripes = torch.zeros(1, 3, 4, 4)
+    stripes[..., 1::2] = 1.0
+    assert smoothness_reward(torch.cat([torch.full((1, 3, 4, 4), 0.3), stripes]), ["a", "b"]).tolist() == [0.0, -1.0]
 
 
 def test_clip_score_is_clipmodels_cosine_similarity():

@@ -7,6 +7,8 @@ and prompts. Two are shipped:
 
 - :class:`ColourReward`: how close the image is to the colour its prompt names ("a red square" → red).
   Cheap, exact and easy to read: the lesson's tiny end-to-end run uses it.
+- :func:`smoothness_reward`: minus the image's total variation, a stand-in for DDPO's compressibility reward;
+  prompt-blind, and the one the tiny random models can move (their random VAE decoder can barely change colours).
 - :class:`CLIPScoreReward`: the cosine similarity between CLIP's embeddings of the image and of the prompt
   (Hessel et al. 2021, CLIPScore, arXiv:2104.08718, without their ×2.5 rescaling), for a ``CLIPModel``
   passed in (a real one where a hub is reachable, a tiny random one in the tests).
@@ -66,6 +68,18 @@ def brightness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
     return images.mean((1, 2, 3))
 
 
+def smoothness_reward(images: torch.Tensor, prompts: list[str]) -> torch.Tensor:
+    """Minus the total variation ``mean |x[i+1, j] − x[i, j]| + mean |x[i, j+1] − x[i, j]|`` (the prompt is ignored).
+
+    A cheap, differentiable stand-in for DDPO's compressibility reward (the JPEG size of the image): smooth images
+    compress well. 0 for a flat image; about −0.25 for the tiny random model's noise images.
+    """
+    _check_inputs(images, prompts, "smoothness_reward")
+    dy = (images[..., 1:, :] - images[..., :-1, :]).abs().mean((1, 2, 3))
+    dx = (images[..., :, 1:] - images[..., :, :-1]).abs().mean((1, 2, 3))
+    return -(dx + dy)
+
+
 class CLIPScoreReward:
     """Cosine similarity of CLIP's image and text embeddings, in [−1, 1] (higher: the image fits its prompt).
 
@@ -104,4 +118,4 @@ class CLIPScoreReward:
         return (img * txt).sum(-1)
 
 
-__all__ = ["CLIPScoreReward", "COLOURS", "ColourReward", "brightness_reward", "colour_of"]
+__all__ = ["CLIPScoreReward", "COLOURS", "ColourReward", "brightness_reward", "colour_of", "smoothness_reward"]
