@@ -591,3 +591,126 @@ def test_compare_handles_nan_and_inf_differences():
     assert "NaN or inf" in compare(torch.tensor([1.0, 2.0]), torch.tensor([1.0, float("inf")]))
     assert "NaN" in compare(torch.tensor([float("nan"), 2.0]), torch.tensor([1.0, 2.0]))
     assert compare(torch.tensor([float("nan"), 2.0]), torch.tensor([float("nan"), 2.0])) is None
+
+
+# ----------------------------------------------------------------------------- grader gaps (issue 16): planted answers
+
+
+def _planted(folder: Path, exercise: str, function: str, source: str) -> Path:
+    """The solution notebook of ``exercise`` with the exercise cell that defines ``function`` replaced by ``source``."""
+    sol = find_notebook(exercise, ROOT / "solutions")
+    nb = nbformat.read(sol, as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and f"def {function}(" in c.source)
+    cell.source = f"# EXERCISE {exercise} (planted)\n" + source
+    path = folder / sol.name
+    nbformat.write(nb, path)
+    return path
+
+
+_RTG_FLOAT32 = '''import torch
+
+def reward_to_go(rewards, gamma):
+    r = torch.as_tensor(rewards, dtype=torch.float32)   # float32 whatever came in
+    if r.ndim != 1 or r.numel() == 0:
+        raise ValueError("rewards must be a non-empty 1-D tensor [T]")
+    out, running = torch.zeros_like(r), torch.zeros(())
+    for t in range(len(r) - 1, -1, -1):
+        running = r[t] + gamma * running
+        out[t] = running
+    return out
+'''
+
+
+def test_grade_folds_the_property_tests_into_one_score_and_shows_yours_next_to_expected(tmp_path):
+    """One grader, one verdict: the property tests of tests/grading/test_ex01.py are a row of the score, and a
+    failing row shows the learner's result next to the expected one (without -v). The planted reward_to_go
+    computes in float32: right to ~1e-7, so the verdict is a precision hint, not the name of another mistake."""
+    rows = {r.name: r for r in grade.grade_exercise("01", _planted(tmp_path, "01", "reward_to_go", _RTG_FLOAT32),
+                                                    notebook=False)}
+    prop = rows["01 property tests"]
+    assert not prop.passed and "test_reward_to_go_random_episodes" in prop.detail, prop.detail
+    item = rows["01.1 reward_to_go"]
+    assert not item.passed and "Yours: tensor([" in item.detail and "; expected: tensor([" in item.detail
+    assert "float32 precision" in item.detail, item.detail
+    table = grade.format_table("01", tmp_path / "01_reinforce.ipynb", list(rows.values()))
+    assert "Yours:" in table and "score: 2/4" in table
+    solved = grade.grade_exercise("01", find_notebook("01", ROOT / "solutions"), notebook=False)
+    assert all(r.passed for r in solved) and "01 property tests" in [r.name for r in solved]
+
+
+def _float32(fn):
+    """``fn`` computing in float32 (every floating tensor argument cast down): right to float32 rounding."""
+    def wrapped(*args, **kwargs):
+        return fn(*[a.float() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args], **kwargs)
+    return wrapped
+
+
+@pytest.mark.parametrize("item_id", ["01.1", "01.3", "02.2", "04.1", "04.3", "05.1", "05.2", "06.1", "06.2"])
+def test_a_float32_only_difference_gets_the_precision_hint(item_id):
+    item = get_item(item_id)
+    result = run_item(item, _float32(item.reference))
+    assert not result.passed, item_id  # the float64 cases ask for more than float32 gives
+    failed = [c for c in result.cases if not c.passed]
+    assert all("float32 precision" in c.hint for c in failed), result.report()
+
+
+def test_float32_inputs_at_the_default_tolerance_pass_a_float32_computation():
+    """float32 noise on float32 inputs is not a mistake: a reward-to-go summed in another order passes."""
+    def forwards(rewards, gamma):  # Σ_k γ^k r_{t+k} as a matrix product: other rounding than the recursion
+        r = torch.as_tensor(rewards)
+        if r.ndim != 1 or r.numel() == 0:
+            raise ValueError("rewards must be 1-D")
+        T = len(r)
+        k = torch.arange(T)[None, :] - torch.arange(T)[:, None]
+        return (torch.where(k >= 0, gamma ** k.clamp(min=0).to(r.dtype), 0.0) * r).sum(1)
+
+    quick = [c.name for c in get_item("01.1").cases if c.quick]
+    result = run_item(get_item("01.1"), forwards, quick=True)
+    assert result.passed and len(result.cases) == len(quick), result.report()
+
+
+def _gae_never_reset(rewards, values, next_values, terminated, truncated, gamma, lam):
+    from minigrpo.advantages import gae
+    from minigrpo.course.grading.ex02 import _gae_variant
+
+    gae(rewards, values, next_values, terminated, truncated, gamma, lam)  # the same refusals
+    return _gae_variant(rewards, values, next_values, terminated, truncated, gamma, lam, stop_mask="none")
+
+
+def test_hints_name_the_mistake_that_was_made_not_a_neighbour():
+    """A learner's results that only one typical mistake explains get its hint; a neighbour that agrees on one
+    case (the truncation hint for a recursion that never resets, 'signs swapped' for a ratio taken as a
+    quotient, 'pad in loss' for a per-sequence mean) does not."""
+    never_reset = run_item(get_item("02.2"), _gae_never_reset)
+    assert "never restarts" in never_reset.first_failure.hint and "truncat" not in never_reset.first_failure.hint[:60]
+
+    def quotient(logp, old, adv, eps):
+        ex04_ref = get_item("04.2").reference
+        ex04_ref(logp, old, adv, eps)
+        r = logp / old
+        return (((adv > 0) & (r > 1 + eps)) | ((adv < 0) & (r < 1 - eps))).double().mean()
+
+    grader = run_item(get_item("04.2"), quotient)
+    assert grader.first_failure.hint.startswith("the ratio is π/π_old"), grader.report()
+    check_cell = run_item(get_item("04.2"), quotient, quick=True)  # its cases cannot tell the two apart: both named
+    assert "cannot tell" in check_cell.first_failure.hint and "quotient" in check_cell.first_failure.hint
+
+    per_sequence = ex07._variant("per_sequence_mean", loss_type="sequence")
+    hint = run_item(get_item("07.2"), per_sequence, quick=True).first_failure.hint
+    assert "per-sequence mean" in hint and "pad_in_loss" not in hint
+    population = ex07._variant("population_std", unbiased=False)
+    assert "sample std" in run_item(get_item("07.2"), population, quick=True).first_failure.hint
+    assert "population std" in run_item(get_item("07.3"), population).first_failure.hint
+
+
+def test_an_input_overwritten_in_place_fails_with_its_name():
+    def centred_in_place(rewards, group_size, scale="group", eps=1e-4):
+        from minigrpo.advantages import group_advantages
+
+        out = group_advantages(rewards, group_size, scale, eps)
+        rewards -= rewards.mean()  # "normalise" the caller's tensor as a side effect
+        return out
+
+    result = run_item(get_item("05.1"), centred_in_place, quick=True)
+    assert not result.passed and "changed its input `rewards` in place" in result.report()
+    assert result.first_failure.hint == IN_PLACE_HINT
