@@ -17,6 +17,11 @@ gloo on CPUs):
   seed, so a one-process run is unchanged.
 
 In one process (no launcher) every method is the identity: the trainers' numbers are exactly those of before.
+
+Its users: ``llm.grpo.GRPOTrainer``, ``llm.sft.SFTTrainer``, ``diffusion.grpo.DiffusionGRPOTrainer`` (summed
+gradients) and PPO (``control.ppo``, through ``control.onpolicy.train_loop``: averaged gradients, its loss being a
+minibatch mean). ``tests/test_distributed.py`` and ``tests/test_distributed_trainers.py`` check each against one
+process in two gloo processes.
 """
 
 from __future__ import annotations
