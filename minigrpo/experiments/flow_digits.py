@@ -8,6 +8,16 @@ Flow-GRPO's SDE with noise level a = 0.7 for flow matching. Reward of fresh samp
 digit) before and after GRPO, with the policy's own stochastic sampler; for flow matching also with the
 deterministic ODE sampler (Flow-GRPO trains with the SDE and evaluates with the ODE).
 
+Measured (seeds 0-2, 60 GRPO steps of ``DIGITS_RECIPE``, this course's 2-core CPU, 32 min for the six runs):
+
+    | model | sampler | reward before      | reward after       | per seed                          |
+    | DDPM  | DDIM η=1| 0.539 ± 0.038      | 0.865 ± 0.006      | 0.59→0.87, 0.52→0.86, 0.50→0.86   |
+    | flow  | SDE a=.7| 0.725 ± 0.005      | 0.916 ± 0.017      | 0.72→0.93, 0.72→0.93, 0.73→0.89   |
+    | flow  | ODE     | 0.724 ± 0.021      | 0.919 ± 0.020      | 0.71→0.93, 0.71→0.94, 0.75→0.89   |
+
+(± is the std over seeds.) With the same training budget the flow base starts higher (0.72 vs 0.54) and GRPO
+lifts both past 0.86; the SDE-trained flow policy improves its deterministic ODE sampler just as much.
+
     from minigrpo.experiments.flow_digits import flow_vs_ddpm, results_table
     rows = flow_vs_ddpm(seeds=(0, 1, 2))
     print(results_table(rows))
