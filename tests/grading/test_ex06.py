@@ -170,3 +170,42 @@ def test_every_token_weighs_the_same(learner_fn):
     whole = fn(logp, old, ref, adv, mask)
     split = fn(*flat, flat_adv, torch.ones_like(flat[0], dtype=torch.long))
     torch.testing.assert_close(split, whole, rtol=1e-9, atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- 06.3 aggregate_loss
+
+
+def _token_losses(seed, B=6, C=9):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(B, C, generator=g, dtype=torch.float64)
+    lengths = torch.randint(0, C + 1, (B,), generator=g)
+    lengths[0] = C  # at least one full row, and (often) an empty one
+    return x, (torch.arange(C)[None] < lengths[:, None]).long()
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dapo", "dr_grpo"])
+@pytest.mark.parametrize("seed", range(3))
+def test_aggregation_matches_the_package(learner_fn, seed, loss_type):
+    """TRL's three reductions as the package's losses.aggregate computes them, on random float64 batches."""
+    from minigrpo.losses import aggregate
+
+    fn = learner_fn(EXERCISE, "aggregate_loss")
+    x, mask = _token_losses(seed)
+    L = 16 if seed == 2 else None
+    got = fn(x, mask, loss_type, L) if L is not None else fn(x, mask, loss_type)
+    torch.testing.assert_close(got, aggregate(x, mask, loss_type, max_completion_length=L), rtol=1e-9, atol=1e-12)
+
+
+def test_dr_grpo_weights_do_not_depend_on_any_length(learner_fn):
+    """Dr. GRPO's point: a token's weight (d loss / d its loss) is 1 / (B · L_max) whatever the lengths of its
+    completion and of the others; with 'grpo' it is 1 / (B · L_b), with 'dapo' 1 / Σ L."""
+    fn = learner_fn(EXERCISE, "aggregate_loss")
+    x, mask = _token_losses(5)
+    B, C = x.shape
+    lengths = mask.sum(-1, keepdim=True).double()
+    expected = {"dr_grpo": torch.full_like(x, 1 / (B * 20)), "grpo": 1 / (B * lengths.clamp(min=1)).expand_as(x),
+                "dapo": torch.full_like(x, 1 / float(mask.sum()))}
+    for loss_type, weight in expected.items():
+        leaf = x.clone().requires_grad_(True)
+        fn(leaf, mask, loss_type, 20).backward() if loss_type == "dr_grpo" else fn(leaf, mask, loss_type).backward()
+        torch.testing.assert_close(leaf.grad, weight * mask, rtol=1e-12, atol=1e-15, msg=loss_type)

@@ -229,4 +229,113 @@ GRPO_LOSS = Item(
     ],
 )
 
-ITEMS = [COMPLETION_TOKEN_LOGPROBS, GRPO_LOSS]
+# --------------------------------------------------------------------------- 06.3 aggregate_loss
+
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+
+
+def aggregate_loss(per_token, mask, loss_type="dapo", max_completion_length=None):
+    """Reference: the per-token losses [B, C] as one number, with TRL's loss_type names.
+    "grpo": each completion's masked mean, then the mean over completions (DeepSeekMath);
+    "dapo": one mean over every counted token of the batch; "dr_grpo": the masked sum over the constant
+    B · max_completion_length (default: C), so no token's weight depends on a length."""
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+    if per_token.ndim != 2 or per_token.shape != mask.shape:
+        raise ValueError(f"per_token and mask must both be [B, C], got {tuple(per_token.shape)} and "
+                         f"{tuple(mask.shape)}")
+    m = mask.to(per_token.dtype)
+    if loss_type == "grpo":
+        return ((per_token * m).sum(-1) / m.sum(-1).clamp(min=1)).mean()
+    if loss_type == "dapo":
+        return (per_token * m).sum() / m.sum().clamp(min=1)
+    length = per_token.shape[1] if max_completion_length is None else max_completion_length
+    return (per_token * m).sum() / (per_token.shape[0] * length)
+
+
+def _agg_variant(per_token, mask, loss_type="dapo", max_completion_length=None, *, swap=False, dr_norm="constant",
+                 masked=True, drop_empty=False):
+    """aggregate_loss with one mistake per knob, behind the reference's refusals."""
+    aggregate_loss(per_token, mask, loss_type, max_completion_length)
+    if swap and loss_type != "dr_grpo":
+        loss_type = {"grpo": "dapo", "dapo": "grpo"}[loss_type]
+    m = mask.to(per_token.dtype)
+    x = per_token * m if masked else per_token
+    if loss_type == "grpo":
+        rows = x.sum(-1) / m.sum(-1).clamp(min=1)
+        return rows[m.sum(-1) > 0].mean() if drop_empty else rows.mean()
+    if loss_type == "dapo":
+        return x.sum() / m.sum().clamp(min=1)
+    length = per_token.shape[1] if max_completion_length is None else max_completion_length
+    norm = {"constant": per_token.shape[0] * length, "tokens": m.sum().clamp(min=1), "length_only": length,
+            "longest": per_token.shape[0] * m.sum(-1).max().clamp(min=1)}[dr_norm]
+    return x.sum() / norm
+
+
+def token_losses(seed: int, lengths, C: int, junk: bool = False):
+    """Random float64 per-token losses [B, C] and the mask keeping the first lengths[b] tokens of row b;
+    ``junk``: large values after each completion's end (they must count for nothing)."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(len(lengths), C, generator=g, dtype=torch.float64)
+    mask = (torch.arange(C)[None, :] < torch.tensor(lengths)[:, None]).long()
+    return (x.masked_fill(mask == 0, 50.0) if junk else x), mask
+
+
+#: two completions of lengths 4 and 1 (C = 4): the per-token losses are 1 on the long one, 3 on the short one
+_TWO = (f64([[1.0, 1.0, 1.0, 1.0], [3.0, 7.0, 7.0, 7.0]]), torch.tensor([[1, 1, 1, 1], [1, 0, 0, 0]]))
+_WEIGHTS = grads("per_token")
+
+AGG_CASES = [
+    Case("loss_type='dapo': every counted token weighs 1/Σ mask", _TWO, {"loss_type": "dapo"}, call=_WEIGHTS),
+    Case("loss_type='grpo': each completion's mean, then the mean over completions", _TWO, {"loss_type": "grpo"},
+         call=_WEIGHTS),
+    Case("loss_type='dr_grpo': the sum over B · C (C = 4 when max_completion_length is not given)", _TWO,
+         {"loss_type": "dr_grpo"}, call=_WEIGHTS),
+    Case("loss_type='dr_grpo' with max_completion_length = 16", _TWO, {"loss_type": "dr_grpo",
+                                                                      "max_completion_length": 16}, call=_WEIGHTS),
+    Case("an unknown loss_type is refused with a ValueError", _TWO, {"loss_type": "bnpo?"},
+         hint="raise ValueError unless loss_type is 'grpo', 'dapo' or 'dr_grpo' (a typo must not fall back to one)."),
+    Case("a random float64 batch, 'grpo', junk after each EOS",
+         (Spread(token_losses, 1, lengths=[5, 1, 8, 3, 8, 2], C=8, junk=True),), {"loss_type": "grpo"},
+         call=_WEIGHTS, quick=False, rtol=1e-9, atol=1e-12),
+    Case("a random float64 batch, 'dapo', junk after each EOS",
+         (Spread(token_losses, 2, lengths=[5, 1, 8, 3, 8, 2], C=8, junk=True),), {"loss_type": "dapo"},
+         call=_WEIGHTS, quick=False, rtol=1e-9, atol=1e-12),
+    Case("a random float64 batch, 'dr_grpo', max_completion_length = 12 (longer than any completion)",
+         (Spread(token_losses, 3, lengths=[5, 1, 8, 3], C=8, junk=True),),
+         {"loss_type": "dr_grpo", "max_completion_length": 12}, call=_WEIGHTS, quick=False, rtol=1e-9, atol=1e-12),
+    Case("'grpo' with an empty completion: it still counts as one of the B sequences",
+         (Spread(token_losses, 4, lengths=[3, 0, 2], C=3),), {"loss_type": "grpo"}, call=_WEIGHTS, quick=False,
+         rtol=1e-9, atol=1e-12),
+    Case("per_token and mask of different shapes are refused with a ValueError",
+         (Made(torch.zeros, 2, 3), Made(torch.ones, 2, 4)), quick=False,
+         hint="raise ValueError unless per_token and mask are both [B, C]: a silent broadcast counts the wrong tokens."),
+]
+
+AGGREGATE_LOSS = Item(
+    exercise="06", number=3, function="aggregate_loss", title="GRPO, DAPO and Dr. GRPO: one number from the tokens",
+    reference=aggregate_loss, cases=AGG_CASES,
+    wrong_answers=[
+        WrongAnswer("grpo and dapo swapped", partial(_agg_variant, swap=True),
+                    "'grpo' and 'dapo' are swapped: 'grpo' (DeepSeekMath) averages each completion first and then the "
+                    "completions, so a short completion's tokens weigh more; 'dapo' is one mean over every counted "
+                    "token of the batch."),
+        WrongAnswer("dr_grpo over the counted tokens", partial(_agg_variant, dr_norm="tokens"),
+                    "for 'dr_grpo' divide by the constant B · max_completion_length, not by Σ mask: that would be "
+                    "'dapo' again, and the point of Dr. GRPO is a normaliser that no length changes."),
+        WrongAnswer("dr_grpo over the length only", partial(_agg_variant, dr_norm="length_only"),
+                    "'dr_grpo' divides by B · max_completion_length: you left out B, the number of completions, so "
+                    "the loss grows with the batch size."),
+        WrongAnswer("dr_grpo over the longest completion", partial(_agg_variant, dr_norm="longest"),
+                    "the normaliser is the configured max_completion_length (C when not given), not the longest "
+                    "completion of this batch: that changes from batch to batch and brings the length bias back."),
+        WrongAnswer("mask ignored in the sum", partial(_agg_variant, masked=False),
+                    "multiply by the mask before summing: the per-token losses after each EOS are junk (never "
+                    "sampled) and must count for nothing."),
+        WrongAnswer("empty completions dropped", partial(_agg_variant, drop_empty=True),
+                    "for 'grpo' an empty completion is still one of the B sequences (its mean is 0, TRL clamps its "
+                    "token count to 1): average over all B rows.", quick=False),
+    ],
+)
+
+ITEMS = [COMPLETION_TOKEN_LOGPROBS, GRPO_LOSS, AGGREGATE_LOSS]
