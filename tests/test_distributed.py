@@ -4,6 +4,7 @@ the same optimizer step as one process on the whole batch; and the one-process p
 import dataclasses
 import os
 import socket
+import sys
 
 import pytest
 import torch
@@ -64,6 +65,11 @@ def _worker(rank, port, batches, state, out_dir):
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+#: forked workers inherit the imports (most of a worker's start-up); the test runs one torch thread (the fixture), so
+#: no thread pool is forked half-way. Spawned where fork is not the platform's habit.
+START = os.environ.get("MINIGRPO_TEST_START_METHOD", "fork" if sys.platform == "linux" else "spawn")
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -86,7 +92,8 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
         assert rollout[2].view(PROMPTS, G).std(1).min() > 0  # every group has a spread: every row counts
         batches.append(rollout)
         expected[loss_type] = _one_step(trainer, *rollout)
-    mp.spawn(_worker, args=(_free_port(), batches, state, str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(_worker, args=(_free_port(), batches, state, str(tmp_path)), nprocs=2, join=True,
+                       start_method=START)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     for loss_type, _ in CASES:
         params, grads, metrics = expected[loss_type]

@@ -1,11 +1,12 @@
 """Data parallelism beyond LLM GRPO (minigrpo/distributed.py): SFT, diffusion GRPO and PPO. For each, two CPU processes
 (gloo) that each hold half of a global batch take the same optimizer step as one process on the whole batch.
 
-Each test spawns two processes (imports included, ~10 s on 2 cores); the models are in float64 where the comparison
-should be exact up to summation order."""
+Each test starts two processes (forked on Linux: 1-9 s per test on 2 busy cores; spawned elsewhere, ~10 s more for
+the imports); the models are in float64, so the comparisons are exact up to summation order."""
 
 import os
 import socket
+import sys
 
 import numpy as np
 import pytest
@@ -28,9 +29,14 @@ def _worker(rank, port, fn, args, out_dir):
     torch.save(fn(rank, *args), os.path.join(out_dir, f"rank{rank}.pt"))
 
 
+#: forked workers inherit the imports (torch, transformers, diffusers: most of a worker's start-up); the parent runs
+#: one torch thread (the fixture), so no thread pool is forked half-way
+START = os.environ.get("MINIGRPO_TEST_START_METHOD", "fork" if sys.platform == "linux" else "spawn")
+
+
 def run_two_processes(fn, args, tmp_path) -> list:
     """``fn(rank, *args)`` in two gloo processes (a module-level function); what each returned, in rank order."""
-    mp.spawn(_worker, args=(_free_port(), fn, args, str(tmp_path)), nprocs=2, join=True)
+    mp.start_processes(_worker, args=(_free_port(), fn, args, str(tmp_path)), nprocs=2, join=True, start_method=START)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
