@@ -18,7 +18,7 @@ N(0, I) at t = 1 to the data at t = 0 through the same marginals ``p_t`` as the 
 **The ODE sampler** is Euler's method on that ODE, ``x_{t'} = x_t + (t' − t)·v`` (what
 ``FlowMatchEulerDiscreteScheduler.step`` does): deterministic, so a step has no density and no log-prob.
 
-**The SDE sampler with the same marginals** (Flow-GRPO, Liu et al. 2025, arXiv:2505.05470, §4.2).
+**The SDE sampler with the same marginals** (Flow-GRPO, Liu et al. 2025, arXiv:2505.05470).
 Derivation. (1) The score of ``p_t`` in terms of v: given ``x_t = x``, ``x = (1−t)·E[x₀|x] + t·E[ε|x]`` and
 ``v = E[ε|x] − E[x₀|x]``; eliminating ``E[x₀|x]`` gives ``E[ε|x] = x + (1 − t)·v``, and Tweedie's formula
 for ``x_t = (1−t)x₀ + tε`` gives ``∇log p_t(x) = −E[ε|x]/t = −(x + (1−t)·v)/t``. (2) ``p_t`` solves the
@@ -32,7 +32,7 @@ cancel because ``p∇log p = ∇p``), i.e. ``∂_t p = −∇·(p v)``, the ODE'
 
     dx = [v + g²/(2t)·(x + (1 − t)·v)] dt + g dW,
 
-Flow-GRPO's eq. 8 with g = σ_t = a·sqrt(t / (1 − t)), a = the noise level. (4) Euler–Maruyama from t to
+Flow-GRPO's SDE with g = σ_t = a·sqrt(t / (1 − t)), a = the noise level. (4) Euler–Maruyama from t to
 t' < t (Δ = t − t' > 0) makes each step a Gaussian, the policy of Flow-GRPO:
 
     x_{t'} ~ N(μ, σ_t² Δ · I),   μ = x_t − Δ·[v + σ_t²/(2t)·ε̂],   ε̂ = x_t + (1 − t)·v.
