@@ -119,7 +119,7 @@ def _rollout_rows(ro, rows: slice):
                                advantages=ro.advantages[rows], steps=ro.steps[rows], ref_mean=ref_mean)
 
 
-def _diffusion_rank(rank, rollouts):
+def _diffusion_rank(rank, rollouts, folder):
     torch.set_default_dtype(torch.float64)
     out = []
     for case, ro in zip(DIFF_CASES, rollouts):
@@ -129,14 +129,19 @@ def _diffusion_rank(rank, rollouts):
         mine.advantages = trainer.advantages(mine.rewards)  # through the gather: the batch std is global
         metrics = trainer.update(mine)
         out.append((metrics, *_params_and_grads(trainer.model)))
-    return out
+    folder = os.path.join(folder, "checkpoint")  # a resume: rank 0 saved, every rank loads
+    if rank == 0:
+        trainer.save_checkpoint(folder)
+    trainer.dist.barrier()
+    trainer.load_checkpoint(folder)
+    return out, trainer.gen.get_state()
 
 
 def test_diffusion_grpo_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path):
     """Float64 tiny UNet, one global rollout of 4 prompts x 4 chains per case (group scaling with β = 0.1 and μ = 2;
     batch scaling): two gloo processes holding two groups each recompute the advantages through the gathered
     rewards and end with the one-process gradients and parameters to 1e-10 relative; the gathered reward metrics
-    and the grad norm agree too."""
+    and the grad norm agree too. Resumed from rank 0's checkpoint, the ranks' generators still differ."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)  # the sampler's noise in float64 too
     try:
@@ -149,9 +154,10 @@ def test_diffusion_grpo_two_processes_take_the_one_process_step_of_the_global_ba
             expected.append((trainer.update(ro), *_params_and_grads(trainer.model)))
     finally:
         torch.set_default_dtype(previous)
-    ranks = run_two_processes(_diffusion_rank, (rollouts,), tmp_path)
+    (out0, gen0), (out1, gen1) = run_two_processes(_diffusion_rank, (rollouts, str(tmp_path)), tmp_path)
+    assert not torch.equal(gen0, gen1)  # resumed from rank 0's checkpoint, the ranks still sample apart
     for case, (metrics, params, grads) in zip(DIFF_CASES, expected):
-        for got in ranks:
+        for got in (out0, out1):
             m2, p2, g2 = got[DIFF_CASES.index(case)]
             for key in ("reward", "reward_std", "frac_reward_zero_std", "grad_norm"):
                 assert m2[key] == pytest.approx(metrics[key], rel=1e-10), (case, key)

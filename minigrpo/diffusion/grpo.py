@@ -345,8 +345,12 @@ class DiffusionGRPOTrainer:
 
     def load_checkpoint(self, folder: str | Path) -> None:
         """Continue from a :meth:`save_checkpoint` folder: weights, optimizer, random states, step, history.
-        Build the trainer as the first run did (same base model, so the reference model is the same)."""
+        Build the trainer as the first run did (same base model, so the reference model is the same). Under a
+        launcher the checkpoint holds rank 0's generator: the other ranks reseed theirs (apart, reproducibly), else
+        every rank would sample the same chains."""
         restore_trainer(self, folder)
+        if self.dist.rank > 0:
+            self.gen.manual_seed(self.dist.seed(self.cfg.seed + self.step_count))
 
     def train(self, progress: bool = True, callback: Callable[[int, dict], None] | None = None,
               resume_from_checkpoint: str | Path | bool | None = None) -> DiffusionGRPOResult:
