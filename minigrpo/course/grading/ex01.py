@@ -125,6 +125,9 @@ BATCH_REWARD_TO_GO = Item(
         Case("random float64 batch of 80 steps with random episode ends",
              (Made(randn, 80, seed=4), Made(random_flags, 80, p=0.15, seed=5), 0.95), quick=False,
              rtol=1e-9, atol=1e-9),
+        Case("0/1 integer episode ends (int64)", (tensor([1.0, 1.0, 1.0, 1.0, 1.0]), tensor([0, 0, 1, 0, 1]), 0.5),
+             quick=False, hint="read the flags as booleans (dones.bool()): `~` on an int64 flag is a bitwise not "
+                               "(~0 = −1, ~1 = −2), not 'not done'."),
     ],
     wrong_answers=[
         WrongAnswer("leaks across episodes", lambda r, dones, gamma: _rtg_float64_loop(r, gamma),

@@ -77,6 +77,10 @@ TD_CASES = [
          (torch.ones(3), torch.ones(3, 1), torch.ones(3), tensor([F, F, F]), 0.9), hint=_TD_SHAPE_HINT),
     Case("random float64 [64, 4] batch with random terminations, γ = 0.97",
          (Spread(random_rollout, 64, 4, seed=1, truncated=False), 0.97), quick=False, rtol=1e-9, atol=1e-9),
+    Case("terminated given as 0/1 integers (int64)",
+         (tensor([1.0, 1.0, 1.0]), tensor([2.0, 1.0, 0.5]), tensor([1.0, 0.5, 4.0]), tensor([0, 0, 1]), 0.5),
+         quick=False, hint="turn the flags into booleans (terminated.bool()) or floats first: on an int64 tensor `~` "
+                           "is a bitwise not (~0 = −1, ~1 = −2), not 'not terminated'."),
 ]
 
 TD_RESIDUALS = Item(
@@ -92,6 +96,11 @@ TD_RESIDUALS = Item(
                     "episode's first state (a vector env resets in place), so values[t + 1] is the wrong state."),
         WrongAnswer("no discount", lambda r, v, nv, term, gamma: td_residuals(r, v, nv, term, 1.0),
                     "the bootstrap is discounted: δ_t = r_t + γ·V(s_{t+1}) − V(s_t)."),
+        WrongAnswer("bitwise not of integer flags", checked_by(td_residuals, lambda r, v, nv, term, gamma: (
+                    _as_float(r) + gamma * (~torch.as_tensor(term)).to(_as_float(r).dtype) * _as_float(nv)
+                    - _as_float(v))),
+                    "with 0/1 integer flags, `~terminated` is −1/−2 (a bitwise not), not 'not terminated': convert "
+                    "with terminated.bool() first (or use 1 − terminated.float()).", quick=False),
     ],
 )
 
@@ -273,6 +282,8 @@ EV_CASES = [
          hint="when Var(returns) is 0 the ratio is undefined: return float('nan') instead of dividing by zero."),
     Case("random float64 critic on 1000 returns", (Spread(noisy_critic, 1000, seed=4),), quick=False,
          rtol=1e-9, atol=1e-9),
+    Case("integer returns and values (int64) are accepted", (tensor([1, 1, 3, 3]), tensor([1, 2, 3, 4])), quick=False,
+         hint="convert to a floating dtype first: torch's var and mean are not defined for int64 tensors."),
 ]
 
 EXPLAINED_VARIANCE = Item(

@@ -402,6 +402,13 @@ def _weights_and_grad_flag(f, inputs):
     return {"weights": w.detach(), "requires_grad": bool(w.requires_grad)}
 
 
+def _weights_with_graphs(f, inputs):
+    inputs["trainer_logp"].requires_grad_(True)
+    inputs["sampler_logp"].requires_grad_(True)
+    w = inputs(f)
+    return {"weights": w.detach(), "requires_grad": bool(w.requires_grad)}
+
+
 _tis = partial(checked_by, tis_weights)  # a typical mistake: refuses what the reference refuses, then errs
 _GRAD_FLAG = Call(_weights_and_grad_flag, "with trainer_logp requiring grad; compared: the weights and whether "
                                           "they require grad")
@@ -421,6 +428,11 @@ TIS = Item(
                                                 torch.tensor([[1, 1, 1]]), 3.0), call=_GRAD_FLAG),
         Case("shapes that disagree are refused", (torch.zeros(1, 3), torch.zeros(1, 2), torch.ones(1, 3), 3.0),
              hint="raise ValueError when the three tensors do not have the same shape."),
+        Case("sampler log-probs that still carry a graph: the weights must not",
+             (*_HAND, 3.0), call=Call(_weights_with_graphs, "with trainer_logp and sampler_logp requiring grad; "
+                                                             "compared: the weights and whether they require grad"),
+             quick=False, hint="detach both log-probs (or compute under torch.no_grad()): the weights are a fixed "
+                               "correction factor, and a sampler's log-probs may arrive with a graph attached."),
         Case("cap 0 is refused with a ValueError", (*_HAND, 0.0), quick=False, hint=_CAP_HINT),
         Case("a negative cap is refused with a ValueError", (*_HAND, -1.0), quick=False, hint=_CAP_HINT),
     ],
@@ -437,6 +449,10 @@ TIS = Item(
                     "over-count tokens the trainer finds unlikely."),
         WrongAnswer("mask ignored", _tis(lambda t, s, m, cap=3.0: tis_weights(t, s, torch.ones_like(m), cap)),
                     "set the weights of masked positions (after the EOS) to 0."),
+        WrongAnswer("sampler not detached",
+                    _tis(lambda t, s, m, cap=3.0: torch.where(m.bool(), (t.detach() - s).exp().clamp(max=cap), 0.0)),
+                    "you detached trainer_logp but not sampler_logp: a sampler's (or an old forward pass's) log-probs "
+                    "can carry a graph, so detach both.", quick=False),
         WrongAnswer("not detached",
                     _tis(lambda t, s, m, cap=3.0: torch.where(m.bool(), (t - s).exp().clamp(max=cap), 0.0)),
                     "detach the weights: they are a fixed correction factor, not something to differentiate "
