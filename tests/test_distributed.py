@@ -62,6 +62,12 @@ def _worker(rank, port, batches, state, out_dir):
         mine = slice(rank * half, (rank + 1) * half)
         results[loss_type] = _one_step(trainer, problems[rank * PROMPTS // 2:(rank + 1) * PROMPTS // 2],
                                        _rows(gen, mine), rewards[mine], info)
+    folder = os.path.join(out_dir, "checkpoint")  # a resume: rank 0 saves, every rank loads
+    if rank == 0:
+        trainer.save_checkpoint(folder)
+    trainer.dist.barrier()
+    trainer.load_checkpoint(folder)
+    results["resumed"] = (trainer.gen.get_state(), trainer.rng.random())
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
@@ -81,7 +87,7 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
     processes on two groups each; (clipped) gradients and grad_norm agree to float32 rounding (1e-4 relative, the
     sum of two halves against one sum), parameters after AdamW (lr 1e-2) within 1e-6
     (where |grad| > 1e-6); and
-    both ranks end with the same weights."""
+    both ranks end with the same weights. Resumed from rank 0's checkpoint, the ranks still draw apart."""
     tok = build_char_tokenizer()
     state = make_tiny_model(tok, seed=0).state_dict()
     batches, expected = [], {}
@@ -95,6 +101,8 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
     mp.start_processes(_worker, args=(_free_port(), batches, state, str(tmp_path)), nprocs=2, join=True,
                        start_method=START)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+    (gen0, draw0), (gen1, draw1) = (r["resumed"] for r in ranks)
+    assert not torch.equal(gen0, gen1) and draw0 != draw1  # resumed from rank 0's checkpoint, still sampling apart
     for loss_type, _ in CASES:
         params, grads, metrics = expected[loss_type]
         for got in ranks:

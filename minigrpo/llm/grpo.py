@@ -406,8 +406,13 @@ class GRPOTrainer:
 
     def load_checkpoint(self, folder: str | Path) -> None:
         """Continue from a :meth:`save_checkpoint` folder: weights, optimizer, random states, step, history.
-        Build the trainer as the first run did (same base model, so the reference model is the same)."""
+        Build the trainer as the first run did (same base model, so the reference model is the same). Under a
+        launcher the checkpoint holds rank 0's random states: the other ranks reseed theirs (apart, reproducibly)."""
         self.evals = restore_trainer(self, folder)["evals"]
+        if self.dist.rank > 0:
+            seed = self.dist.seed(self.cfg.seed + self.step_count)
+            self.rng.seed(seed)
+            self.gen.manual_seed(seed)
 
     def train(self, progress: bool = True, resume_from_checkpoint: str | Path | bool | None = None) -> GRPOResult:
         """Run up to ``max_steps`` steps (resuming first if asked, here or in the config); log, evaluate, save."""
