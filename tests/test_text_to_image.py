@@ -254,3 +254,22 @@ def test_a_flow_matching_scheduler_trains_with_flow_grpos_sde(pipeline_folder):
     assert m["log_ratio_abs_max"] < 1e-5 and math.isfinite(m["loss"])  # one minibatch: ratio 1
     with pytest.raises(ValueError, match=r"TextToImageGRPOConfig\.eta must be > 0"):  # a = 0 is the ODE
         TextToImageGRPOConfig(eta=0.0, sampler="ddpm")
+
+
+def test_guided_sampler_at_eta_zero_is_stable_diffusion_pipelines(pipeline_folder):
+    # the saved folder is a StableDiffusionPipeline; with η = 0 (deterministic DDIM, sampling only) and the same
+    # starting latents, our guided chain ends where diffusers' pipeline does (measured: 1.7e-5 on latents of size ~20)
+    from diffusers import StableDiffusionPipeline
+
+    pipe = StableDiffusionPipeline.from_pretrained(pipeline_folder, safety_checker=None, feature_extractor=None,
+                                                   requires_safety_checker=False)
+    pipe.set_progress_bar_config(disable=True)
+    policy = _policy(pipeline_folder)
+    x_T = torch.randn(2, *policy.latent_shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        ref = pipe(PROMPTS[:2], latents=x_T.clone(), num_inference_steps=4, guidance_scale=7.5, eta=0.0,
+                   output_type="latent", height=16, width=16).images
+        process = ReverseProcess(policy.scheduler, 4, 0.0, allow_deterministic=True)
+        chain = with_prompts(process, policy.encode_prompts(PROMPTS[:2]), 7.5).sample(
+            policy.unet, torch.tensor([0, 1]), shape=policy.latent_shape, x_T=x_T.clone())
+    torch.testing.assert_close(chain.images, ref, rtol=1e-5, atol=1e-4)
