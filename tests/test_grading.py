@@ -703,6 +703,12 @@ def test_hints_name_the_mistake_that_was_made_not_a_neighbour():
     assert "population std" in run_item(get_item("07.3"), population).first_failure.hint
 
 
+def test_a_typical_mistake_computed_in_float32_still_gets_its_hint():
+    wrong = next(w for w in get_item("01.1").wrong_answers if w.name == "no discount")
+    result = run_item(get_item("01.1"), _float32(wrong.fn))
+    assert result.first_failure.hint == wrong.hint, result.report()
+
+
 def test_an_input_overwritten_in_place_fails_with_its_name():
     def centred_in_place(rewards, group_size, scale="group", eps=1e-4):
         from minigrpo.advantages import group_advantages
