@@ -105,3 +105,19 @@ def test_per_prompt_table_averages_the_seeds():
     after = [{3: (0.8, 0.9, 0.30), 4: (1.0, 1.0, 0.10)}, {3: (0.6, 0.7, 0.34), 4: (0.9, 1.0, 0.20)}]
     text = per_prompt_table(before, after)
     assert "0.40 → 0.70" in text and "0.40 → 0.15" in text and "2 seeds" in text
+
+
+def test_show_grid_draws_ink_black_as_lesson_08(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from minigrpo.experiments.diffusion_eval import INK_CMAP, show_grid
+
+    monkeypatch.setattr(plt, "show", lambda: None)
+    show_grid(torch.zeros(4, 1, 4, 4), rows=2, title="t", row_labels=["a", "b"], scores=[0.1, 0.2, 0.3, 0.4])
+    images = [ax.images[0] for ax in plt.gcf().axes]
+    assert INK_CMAP == "gray_r" and len(images) == 4
+    assert all(im.get_cmap().name == "gray_r" and im.get_clim() == (-1, 1) for im in images)
+    plt.close("all")

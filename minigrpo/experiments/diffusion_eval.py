@@ -134,3 +134,28 @@ def per_prompt_table(before: dict, after: Sequence[dict], prompts: Sequence[int]
         a = np.mean([run[c] for run in after], axis=0)
         lines.append(f"{c:>6d}  " + "  ".join(f"{b[i]:.2f} → {a[i]:.2f}".rjust(13) for i in range(3)))
     return "\n".join(lines)
+
+
+#: Ink is drawn black on white in lessons 08 and 09: pixels in [-1, 1] through matplotlib's reversed grey map.
+INK_CMAP = "gray_r"
+
+
+def show_grid(images: torch.Tensor, rows: int, title: str | None = None, row_labels: Sequence[str] | None = None,
+              scores: Sequence[float] | None = None, size: float = 0.9) -> None:
+    """Draw ``images`` ``[N, 1, H, W]`` in [-1, 1] (N = rows × cols, row by row), ink black on white as in lesson 08,
+    with an optional score above each image and a label left of each row."""
+    import matplotlib.pyplot as plt
+
+    imgs = images.detach().clamp(-1, 1).cpu().numpy()[:, 0]
+    cols = len(imgs) // rows
+    fig, axes = plt.subplots(rows, cols, figsize=(cols * size, rows * size + (0.3 if title else 0)), squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        ax.imshow(imgs[i], cmap=INK_CMAP, vmin=-1, vmax=1)
+        ax.set_xticks([]); ax.set_yticks([])
+        if scores is not None:
+            ax.set_title(f"{scores[i]:.2f}", fontsize=7, pad=1)
+    for r, lab in enumerate(row_labels or []):
+        axes[r, 0].set_ylabel(lab, rotation=0, ha="right", va="center", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    plt.tight_layout(); plt.show()
