@@ -720,3 +720,46 @@ def test_an_input_overwritten_in_place_fails_with_its_name():
     result = run_item(get_item("05.1"), centred_in_place, quick=True)
     assert not result.passed and "changed its input `rewards` in place" in result.report()
     assert result.first_failure.hint == IN_PLACE_HINT
+
+
+def _cg_with_stop(rule):
+    """Conjugate gradient with a planted stopping rule (everything else right)."""
+    def cg(Avp, b, iters=10, tol=1e-5):
+        if b.ndim != 1:
+            raise ValueError("b must be 1-D")
+        x, r, p = torch.zeros_like(b), b.clone(), b.clone()
+        rr, bb = r @ r, b @ b
+        for _ in range(iters):
+            if {"strict <": rr < tol * tol * bb, "absolute ‖r‖ ≤ tol": r.norm() <= tol, "r·r ≤ tol·‖b‖": rr <= tol * b.norm(),
+                    "relative to the current residual": rr <= tol * tol * (r @ r), "at the bottom": False}[rule]:
+                break
+            Ap = Avp(p)
+            alpha = rr / (p @ Ap)
+            x, r = x + alpha * p, r - alpha * Ap
+            rr_new = r @ r
+            if rule == "at the bottom" and rr_new <= tol * tol * bb:
+                break
+            p, rr = r + (rr_new / rr) * p, rr_new
+        return x
+    return cg
+
+
+@pytest.mark.parametrize("rule", ["strict <", "absolute ‖r‖ ≤ tol", "r·r ≤ tol·‖b‖", "relative to the current residual",
+                                  "at the bottom"])
+def test_a_solvers_wrong_stop_rule_fails_with_the_stop_rule_hint(rule):
+    result = run_item(get_item("03.1"), _cg_with_stop(rule), quick=True)
+    assert not result.passed and "r·r ≤ tol²·(b·b)" in result.first_failure.hint, result.report()
+
+
+def test_a_cap_that_is_not_positive_must_be_refused():
+    def no_cap_check(trainer_logp, sampler_logp, mask, cap=3.0):
+        if trainer_logp.shape != sampler_logp.shape or trainer_logp.shape != mask.shape:
+            raise ValueError("shapes differ")
+        w = torch.exp(trainer_logp.detach() - sampler_logp.detach()).clamp(max=cap)
+        return torch.where(mask.bool(), w, torch.zeros_like(w))
+
+    result = run_item(get_item("07.6"), no_cap_check)
+    failed = {c.case.name for c in result.cases if not c.passed}
+    assert failed == {"cap 0 is refused with a ValueError", "a negative cap is refused with a ValueError"}
+    assert "cap > 0" in result.first_failure.hint
+    assert run_item(get_item("07.6"), no_cap_check, quick=True).passed  # the check cell does not ask (verdicts kept)
