@@ -160,6 +160,10 @@ def cmd_run(args: argparse.Namespace) -> int:
           f"writing {_shown(out)}", flush=True)
 
     nb = nbformat.read(source, as_version=4)
+    # what the outputs are made with (taken before the run), so that a test can tell when the code has moved on
+    from minigrpo.course import provenance
+
+    made_with = provenance.describe(nb, "smoke" if is_smoke() else "full")
     state = {"cell": None, "interrupted": False, "handler": False}
     too_long = f"did not finish within {args.timeout} s (--timeout)"
     # On a timeout, interrupt the kernel (the cell keeps the KeyboardInterrupt traceback showing where
@@ -221,10 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - kernel start-up and the like: report, keep what ran
         failure = f"{type(exc).__name__}: {_one_line(exc)}"
     else:
-        # what the outputs were made with, so that a test can tell when the package's code has moved on
-        from minigrpo.course import provenance
-
-        provenance.record(nb, "smoke" if is_smoke() else "full")
+        provenance.record(nb, made_with["mode"], entry=made_with)
         _save_partial(nb, out, None)
         print(f"done in {time.perf_counter() - start:.0f} s; wrote {_shown(out)}")
         return 0

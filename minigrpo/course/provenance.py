@@ -137,9 +137,15 @@ def notebook_code(nb) -> list[str]:
     return [cell.source for cell in nb.cells if cell.cell_type == "code"]
 
 
-def record(nb, mode: str, root: Path = ROOT) -> dict:
-    """Write into ``nb.metadata`` what its outputs are being made with; returns the record."""
-    entry = {"mode": mode, "code": fingerprints(closure(code_imports(notebook_code(nb)), root), root)}
+def describe(nb, mode: str, root: Path = ROOT) -> dict:
+    """What ``nb``'s outputs are made with if it runs now: ``{"mode": mode, "code": {module: fingerprint}}``.
+    ``minigrpo run`` takes it before the first cell runs (an edit during a long run is not claimed)."""
+    return {"mode": mode, "code": fingerprints(closure(code_imports(notebook_code(nb)), root), root)}
+
+
+def record(nb, mode: str, root: Path = ROOT, entry: dict | None = None) -> dict:
+    """Write ``entry`` (default: :func:`describe` now) into ``nb.metadata``; returns it."""
+    entry = describe(nb, mode, root) if entry is None else entry
     nb.metadata[METADATA_KEY] = entry
     return entry
 
