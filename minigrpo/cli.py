@@ -163,7 +163,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # what the outputs are made with (taken before the run), so that a test can tell when the code has moved on
     from minigrpo.course import provenance
 
-    made_with = provenance.describe(nb, "smoke" if is_smoke() else "full")
+    made_with = provenance.package_fingerprints()
+    nb.cells.append(nbformat.v4.new_code_cell(provenance.PROBE))
     state = {"cell": None, "interrupted": False, "handler": False}
     too_long = f"did not finish within {args.timeout} s (--timeout)"
     # On a timeout, interrupt the kernel (the cell keeps the KeyboardInterrupt traceback showing where
@@ -225,12 +226,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - kernel start-up and the like: report, keep what ran
         failure = f"{type(exc).__name__}: {_one_line(exc)}"
     else:
-        provenance.record(nb, made_with["mode"], entry=made_with)
+        loaded = provenance.loaded_modules(nb.cells.pop())
+        kind = "smoke" if is_smoke() else "full"
+        provenance.record(nb, kind, entry={"mode": kind, "code": {m: made_with[m] for m in loaded if m in made_with}})
         _save_partial(nb, out, None)
         print(f"done in {time.perf_counter() - start:.0f} s; wrote {_shown(out)}")
         return 0
 
-    _save_partial(nb, out, state["cell"])
+    nb.cells.pop()   # the provenance probe
+    _save_partial(nb, out, state["cell"] if state["cell"] is None or state["cell"] < len(nb.cells) else None)
     if state["interrupted"]:
         print(f"\nminigrpo run: interrupted at {where()}; saved the run so far to {_shown(out)}",
               file=sys.stderr)

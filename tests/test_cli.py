@@ -14,6 +14,7 @@ import pytest
 
 import minigrpo
 from minigrpo.cli import build_parser, main
+from minigrpo.course import provenance
 from minigrpo.course.progress import HOME_ENV_VAR, record_grade
 from minigrpo.smoke import SMOKE_ENV_VAR
 
@@ -130,6 +131,8 @@ class FakeClient:
         for i, cell in enumerate(self.nb.cells):
             self.on_cell_start(cell=cell, cell_index=i)
             seen = os.environ.get(SMOKE_ENV_VAR, "unset")
+            if cell.source == provenance.PROBE:   # the kernel's answer: which package modules it imported
+                seen = json.dumps(["minigrpo", "minigrpo.smoke"])
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=seen)]
         return self.nb
 
@@ -415,3 +418,21 @@ def test_train_llm_gsm8k_on_a_qwen_shaped_chat_model(tmp_path, monkeypatch, caps
     assert main(argv) == 0
     record = json.loads((tmp_path / "run" / "results.json").read_text())
     assert record["grpo_history"]["completions/mean_length"][0] > 0 and "pass@1" in record["grpo_eval"]
+
+
+def test_run_records_the_modules_the_kernel_imported_and_removes_its_probe(tmp_path, monkeypatch):
+    """The saved notebook has the source's cells only, and metadata naming the mode and the imported modules'
+    fingerprints as they were when the run started."""
+    import nbclient
+
+    source = _course(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
+    monkeypatch.delenv(SMOKE_ENV_VAR, raising=False)
+    assert main(["run", str(source), "--output", "out.ipynb"]) == 0
+    nb = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    assert [c.source for c in nb.cells] == [c.source for c in nbformat.read(source, as_version=4).cells]
+    before = provenance.package_fingerprints()
+    assert nb.metadata["minigrpo"] == {"mode": "full", "code": {m: before[m] for m in ("minigrpo", "minigrpo.smoke")}}
+    assert main(["run", str(source), "--output", "smoke.ipynb", "--smoke"]) == 0
+    assert nbformat.read(tmp_path / "smoke.ipynb", as_version=4).metadata["minigrpo"]["mode"] == "smoke"

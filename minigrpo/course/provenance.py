@@ -7,10 +7,12 @@ fingerprint of every ``minigrpo`` module the notebook's code imports, directly o
 ``minigrpo`` modules, and :func:`stale_modules` names those whose code has changed since.
 
 The fingerprint hashes the module's syntax tree with docstrings removed: editing a comment, a docstring
-or the layout keeps the outputs valid; changing any statement, default or constant does not. The import
-graph is read statically (every ``import`` statement in the module, including those inside functions),
-which over-approximates what a run executed: a stale verdict may name a module whose change did not
-affect any output, never the other way round.
+or the layout keeps the outputs valid; changing any statement, default or constant does not. ``minigrpo run``
+fingerprints every module of the package before the first cell runs, asks the kernel at the end which of them
+it imported (:data:`PROBE`, a cell run last and removed again) and records those. That over-approximates what
+the outputs depend on (a module imported is not every line of it run): a stale verdict may name a change that
+moved no output, never the other way round. A record can also be taken without running (:func:`describe`):
+then the imports are read statically, through every ``import`` statement, including those inside functions.
 
 The record lives at ``notebook.metadata["minigrpo"]``: ``{"mode": "full" | "smoke", "code": {module: hash}}``.
 """
@@ -143,6 +145,31 @@ def describe(nb, mode: str, root: Path = ROOT) -> dict:
     return {"mode": mode, "code": fingerprints(closure(code_imports(notebook_code(nb)), root), root)}
 
 
+#: the cell ``minigrpo run`` appends (and removes) to learn which package modules the kernel imported
+PROBE = ("import json as _json, sys as _sys\n"
+         f"print(_json.dumps(sorted(m for m in _sys.modules if m == {PACKAGE!r} or m.startswith({PACKAGE + '.'!r}))))")
+
+
+def package_fingerprints(root: Path = ROOT) -> dict[str, str]:
+    """``{module: fingerprint}`` for every module of the package under ``root``."""
+    names = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        names.append(".".join((PACKAGE, *parts[:-1])) if parts[-1] == "__init__" else ".".join((PACKAGE, *parts)))
+    return fingerprints(names, root)
+
+
+def loaded_modules(probe_cell) -> list[str]:
+    """The module names the :data:`PROBE` cell printed (its stdout), or a ``ValueError``."""
+    import json
+
+    text = "".join(o.get("text", "") for o in probe_cell.get("outputs", []) if o.get("name") == "stdout")
+    try:
+        return list(json.loads(text.strip().splitlines()[-1]))
+    except (ValueError, IndexError) as exc:
+        raise ValueError(f"the provenance probe printed no module list: {text[:200]!r}") from exc
+
+
 def record(nb, mode: str, root: Path = ROOT, entry: dict | None = None) -> dict:
     """Write ``entry`` (default: :func:`describe` now) into ``nb.metadata``; returns it."""
     entry = describe(nb, mode, root) if entry is None else entry
@@ -151,12 +178,13 @@ def record(nb, mode: str, root: Path = ROOT, entry: dict | None = None) -> dict:
 
 
 def stale_modules(nb, root: Path = ROOT) -> list[str]:
-    """The modules whose code differs from what ``nb``'s outputs were made with (added, changed or removed),
-    including modules the notebook's cells now import that the record does not list. Raises ``ValueError`` when
-    the notebook carries no record."""
+    """The modules whose code differs from what ``nb``'s outputs were made with (changed or removed since), and
+    the modules the notebook's cells import that the record does not list (a cell added since). Raises
+    ``ValueError`` when the notebook carries no record."""
     entry = nb.metadata.get(METADATA_KEY)
     if not isinstance(entry, Mapping) or "code" not in entry:
         raise ValueError("the notebook has no metadata['minigrpo']['code'] record: run it with `minigrpo run`")
     recorded = dict(entry["code"])
-    now = fingerprints(closure(code_imports(notebook_code(nb)), root), root)
-    return sorted(name for name in recorded.keys() | now.keys() if recorded.get(name) != now.get(name))
+    now = {name: fp for name, fp in fingerprints((n for n in recorded if module_path(n, root)), root).items()}
+    unrecorded = closure(code_imports(notebook_code(nb)), root) - recorded.keys()
+    return sorted({name for name in recorded if recorded[name] != now.get(name)} | unrecorded)
