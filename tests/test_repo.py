@@ -29,7 +29,8 @@ DIST_NAMES = {"sklearn": "scikit-learn", "stable_baselines3": "stable-baselines3
 # Installed by the course extra's Jupyter packages themselves (ipykernel, nbclient, jupyterlab).
 WITH_JUPYTER = {"ipython", "jupyter_client", "jupyter_core", "traitlets"}
 # Library modules: minigrpo/ less the course tooling (grading, interview practice, the command line).
-COURSE_TOOLING = ("course", "cli.py", "__main__.py")
+# The course tooling and the lessons' experiment plumbing (which draws the lessons' figures) may use the course extra.
+COURSE_TOOLING = ("course", "experiments", "cli.py", "__main__.py")
 
 
 def _name(requirement: str) -> str:
