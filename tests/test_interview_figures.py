@@ -133,8 +133,10 @@ def test_pixel_mean_shrinks_log_ratios_by_d_and_the_bank_says_so():
     log_ratio = {red: gaussian_logprob(x, m_new, std, red) - gaussian_logprob(x, m_old, std, red) for red in ("mean", "sum")}
     assert torch.allclose(log_ratio["sum"], 256 * log_ratio["mean"], rtol=1e-10)
     out = _cell_output("09_grpo_diffusion.ipynb", 'for reduction in ("mean", "sum"):')
+    # rows "mean, ε = 0.001  0.265 ± 0.016 (0.248–0.279)  0.007 ± 0.002 (...)": clip fraction, max |log ratio|
     rows = {(m.group(1), float(m.group(2))): (float(m.group(3)), float(m.group(4)))
-            for m in re.finditer(r"^\s*(mean|sum)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)", out, re.M)}
+            for m in re.finditer(r"^\s*(mean|sum), ε = ([\d.]+)\s+([\d.]+) ± \S+ \(\S+\)\s+([\d.]+) ±", out, re.M)}
+    assert len(rows) == 4, out
     text = _text("diffusion-loss")
     assert f"{rows[('mean', 0.001)][1]:.2g} with the mean and {rows[('sum', 0.001)][1]:.2g} with the sum" in text
     assert rows[("mean", 0.2)][0] == 0.0 and "on the mean never clips" in text
