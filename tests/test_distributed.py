@@ -88,6 +88,9 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
     sum of two halves against one sum), parameters after AdamW (lr 1e-2) within 1e-6
     (where |grad| > 1e-6); and
     both ranks end with the same weights. Resumed from rank 0's checkpoint, the ranks still draw apart."""
+    from accelerate import PartialState
+
+    PartialState()  # a one-process state in the parent, as an earlier test leaves it: forked workers must not keep it
     tok = build_char_tokenizer()
     state = make_tiny_model(tok, seed=0).state_dict()
     batches, expected = [], {}
