@@ -45,10 +45,6 @@ def init_process_group() -> None:
     if launched() and not dist.is_initialized():
         from accelerate import PartialState
 
-        if PartialState._shared_state and PartialState().num_processes == 1:
-            # a one-process state made before this process was forked off with a launcher's environment: the
-            # singleton would keep it (and never join the group), so start it over
-            PartialState._reset_state()
         PartialState()  # reads the launcher's environment; gloo on CPU, NCCL on CUDA
 
 

@@ -49,6 +49,10 @@ def _one_step(trainer, problems, gen, rewards, info):
 def _worker(rank, port, batches, state, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    from accelerate import PartialState
+
+    if PartialState._shared_state:  # a one-process state forked from the parent would never join the group
+        PartialState._reset_state()
     torch.set_num_threads(1)
     tok = build_char_tokenizer()
     results = {}

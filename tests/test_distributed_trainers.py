@@ -25,6 +25,10 @@ def _free_port() -> int:
 def _worker(rank, port, fn, args, out_dir):
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
+    from accelerate import PartialState
+
+    if PartialState._shared_state:  # a one-process state forked from the parent would never join the group
+        PartialState._reset_state()
     torch.set_num_threads(1)
     torch.save(fn(rank, *args), os.path.join(out_dir, f"rank{rank}.pt"))
 
