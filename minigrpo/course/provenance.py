@@ -179,12 +179,12 @@ def record(nb, mode: str, root: Path = ROOT, entry: dict | None = None) -> dict:
 
 def stale_modules(nb, root: Path = ROOT) -> list[str]:
     """The modules whose code differs from what ``nb``'s outputs were made with (changed or removed since), and
-    the modules the notebook's cells import that the record does not list (a cell added since). Raises
+    the modules the notebook's cells import directly that the record does not list (a cell added since). Raises
     ``ValueError`` when the notebook carries no record."""
     entry = nb.metadata.get(METADATA_KEY)
     if not isinstance(entry, Mapping) or "code" not in entry:
         raise ValueError("the notebook has no metadata['minigrpo']['code'] record: run it with `minigrpo run`")
     recorded = dict(entry["code"])
     now = {name: fp for name, fp in fingerprints((n for n in recorded if module_path(n, root)), root).items()}
-    unrecorded = closure(code_imports(notebook_code(nb)), root) - recorded.keys()
+    unrecorded = code_imports(notebook_code(nb)) - recorded.keys()
     return sorted({name for name in recorded if recorded[name] != now.get(name)} | unrecorded)
