@@ -2,7 +2,8 @@
 #   make lab                  set up .venv (first time only) and open JupyterLab on the repository,
 #                             starting on the lessons; PORT=8899 and JUPYTER_ARGS="--no-browser --ip=0.0.0.0"
 #                             pass through; --allow-root is added when run as root (Docker, cloud VMs)
-#   make test                 set up .venv (first time only) and run every test (ARGS="-k ..." narrows it)
+#   make test                 set up .venv (first time only) and run every test (ARGS="-k ..." narrows it;
+#                             JOBS=N parallel workers, default one per core up to 4)
 #   make run LESSON=01        execute one lesson top to bottom into runs/ (SMOKE=1: tiny configuration;
 #                             ARGS="--in-place" overwrites the notebook itself; see `minigrpo run -h`)
 #   make grade EX=01          grade your exercise notebook (no EX: every exercise; ARGS=-v for details)
@@ -28,6 +29,7 @@ ARGS :=
 LESSON :=
 EX :=
 SMOKE :=
+JOBS ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2); [ "$$n" -gt 4 ] && n=4; echo $$n)
 # Jupyter refuses to start as root unless told it is on purpose.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
@@ -79,8 +81,10 @@ lab: setup
 		"--ServerApp.terminado_settings=shell_command=$${SHELL:-$$(command -v bash || echo /bin/sh)}" \
 		$(if $(PORT),--port=$(PORT)) $(ALLOW_ROOT) $(JUPYTER_ARGS)
 
+# Test files run in parallel, one file per worker (a notebook's cells share one kernel): JOBS workers, by default
+# one per CPU core up to 4 (each loads torch). JOBS=0 runs everything in this process.
 test: setup
-	$(BIN)/python -m pytest $(ARGS)
+	$(BIN)/python -m pytest -n $(JOBS) --dist loadfile $(ARGS)
 
 run: setup
 	$(BIN)/minigrpo run $(LESSON) $(if $(filter 1 yes true,$(SMOKE)),--smoke) $(ARGS)

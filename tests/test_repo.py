@@ -21,7 +21,7 @@ PROJECT = PYPROJECT["project"]
 CONDA_NAMES = {"torch": "pytorch", "gymnasium[box2d]": "gymnasium-box2d"}
 # Needed by the course (notebooks, grading, tests), not by the library: the `course` extra.
 COURSE_ONLY = {"matplotlib", "jupyterlab", "ipykernel", "ipywidgets", "nbformat", "nbclient", "nbval", "pytest",
-               "tensorboard", "trl"}
+               "pytest-xdist", "tensorboard", "trl"}
 # Library modules allowed to import a course-only package inside a function (with a clear ImportError without it).
 OPTIONAL_IMPORTS = {"llm/trl_bridge.py": {"trl"}}
 # import name -> distribution name where they differ
@@ -185,6 +185,16 @@ def test_make_run_and_grade_pass_their_options():
     assert out.returncode != 0 and "make run needs a lesson number, e.g. make run LESSON=01" in out.stderr
     out = _make_dry_run("grade", "EX=03", "ARGS=-v")
     assert _recipe_line(out.stdout, "minigrpo grade").endswith("/.venv/bin/minigrpo grade 03 -v")
+
+
+def test_make_test_runs_files_in_parallel_workers():
+    out = _make_dry_run("test", "ARGS=-k repo")
+    assert out.returncode == 0, out.stderr
+    line = _recipe_line(out.stdout, "pytest")
+    jobs = int(re.search(r"-n (\d+)", line).group(1))
+    assert 1 <= jobs <= 4 and "--dist loadfile" in line and line.endswith("-k repo")
+    out = _make_dry_run("test", "JOBS=0")
+    assert "-n 0 --dist loadfile" in _recipe_line(out.stdout, "pytest")
 
 
 def test_make_torch_reinstalls_from_the_index():
