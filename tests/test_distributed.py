@@ -3,8 +3,6 @@ the same optimizer step as one process on the whole batch; and the one-process p
 
 import dataclasses
 import os
-import socket
-import sys
 
 import pytest
 import torch
@@ -16,6 +14,7 @@ from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.sampling import Generation
 from minigrpo.llm.tokenizer import build_char_tokenizer
+from two_processes import START, free_port, join_as_launched
 
 CASES = [("grpo", 2), ("dapo", 2), ("dr_grpo", 1), ("bnpo", 1)]  # (loss_type, gradient_accumulation_steps)
 PROMPTS, G = 4, 4  # global batch: 4 prompts x G = 4; each of 2 ranks holds 2 whole groups
@@ -47,13 +46,7 @@ def _one_step(trainer, problems, gen, rewards, info):
 
 
 def _worker(rank, port, batches, state, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    from accelerate import PartialState
-
-    if PartialState._shared_state:  # a one-process state forked from the parent would never join the group
-        PartialState._reset_state()
-    torch.set_num_threads(1)
+    join_as_launched(rank, port)
     tok = build_char_tokenizer()
     results = {}
     for (loss_type, accum), (problems, gen, rewards, info) in zip(CASES, batches):
@@ -75,17 +68,6 @@ def _worker(rank, port, batches, state, out_dir):
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-#: forked workers inherit the imports (most of a worker's start-up); the test runs one torch thread (the fixture), so
-#: no thread pool is forked half-way. Spawned where fork is not the platform's habit.
-START = os.environ.get("MINIGRPO_TEST_START_METHOD", "fork" if sys.platform == "linux" else "spawn")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, one_torch_thread):
     """For each loss_type: the same global rollout (4 prompts x 4) — one process steps on all of it, two gloo
     processes on two groups each; (clipped) gradients and grad_norm agree to float32 rounding (1e-4 relative, the
@@ -105,7 +87,7 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
         assert rollout[2].view(PROMPTS, G).std(1).min() > 0  # every group has a spread: every row counts
         batches.append(rollout)
         expected[loss_type] = _one_step(trainer, *rollout)
-    mp.start_processes(_worker, args=(_free_port(), batches, state, str(tmp_path)), nprocs=2, join=True,
+    mp.start_processes(_worker, args=(free_port(), batches, state, str(tmp_path)), nprocs=2, join=True,
                        start_method=START)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
     (gen0, draw0), (gen1, draw1) = (r["resumed"] for r in ranks)

@@ -5,42 +5,24 @@ Each test starts two processes (forked on Linux: 1-9 s per test on 2 busy cores;
 the imports); the models are in float64, so the comparisons are exact up to summation order."""
 
 import os
-import socket
-import sys
 
 import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from two_processes import START, free_port, join_as_launched
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _worker(rank, port, fn, args, out_dir):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
-                      WORLD_SIZE="2", LOCAL_WORLD_SIZE="2")
-    from accelerate import PartialState
-
-    if PartialState._shared_state:  # a one-process state forked from the parent would never join the group
-        PartialState._reset_state()
-    torch.set_num_threads(1)
+    join_as_launched(rank, port)
     torch.save(fn(rank, *args), os.path.join(out_dir, f"rank{rank}.pt"))
-
-
-#: forked workers inherit the imports (torch, transformers, diffusers: most of a worker's start-up); the parent runs
-#: one torch thread (the fixture), so no thread pool is forked half-way
-START = os.environ.get("MINIGRPO_TEST_START_METHOD", "fork" if sys.platform == "linux" else "spawn")
 
 
 def run_two_processes(fn, args, tmp_path) -> list:
     """``fn(rank, *args)`` in two gloo processes (a module-level function); what each returned, in rank order."""
-    mp.start_processes(_worker, args=(_free_port(), fn, args, str(tmp_path)), nprocs=2, join=True, start_method=START)
+    mp.start_processes(_worker, args=(free_port(), fn, args, str(tmp_path)), nprocs=2, join=True, start_method=START)
     return [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
 
