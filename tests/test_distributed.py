@@ -14,7 +14,7 @@ from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.sampling import Generation
 from minigrpo.llm.tokenizer import build_char_tokenizer
-from two_processes import START, free_port, join_as_launched
+from two_processes import START, accelerate_launch, free_port, join_as_launched
 
 CASES = [("grpo", 2), ("dapo", 2), ("dr_grpo", 1), ("bnpo", 1)]  # (loss_type, gradient_accumulation_steps)
 PROMPTS, G = 4, 4  # global batch: 4 prompts x G = 4; each of 2 ranks holds 2 whole groups
@@ -125,20 +125,9 @@ def test_accelerate_launch_runs_the_train_command_in_two_processes(tmp_path):
     machine (accelerate then joins the processes with gloo; its ``--cpu`` flag alone starts one process): both ranks
     train, rank 0 alone prints the summary and writes (~25 s on 2 cores)."""
     import json
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
-    if launcher is None:
-        pytest.skip("the accelerate command is not installed")
     out = tmp_path / "run"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    done = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "minigrpo", "train", "llm",
-                           "--recipe", "sort", "--smoke", "--output", str(out)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = accelerate_launch("train", "llm", "--recipe", "sort", "--smoke", "--output", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "in 2 processes" in done.stdout and done.stdout.count("held-out (") == 1  # rank 0 alone reports
     history = json.loads((out / "results.json").read_text())["grpo_history"]

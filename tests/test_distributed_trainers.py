@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-from two_processes import START, free_port, join_as_launched
+from two_processes import START, accelerate_launch, free_port, join_as_launched
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -158,20 +158,9 @@ def test_accelerate_launch_runs_train_diffusion_in_two_processes(tmp_path):
     CPU-only machine (gloo): rank 0 builds the smoke base model (cached) while rank 1 waits, both train, rank 0 alone
     evaluates, prints and writes (on 2 busy cores: 20 s of CPU, ~60 s wall; the LLM twin is in test_distributed.py)."""
     import json
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
-    if launcher is None:
-        pytest.skip("the accelerate command is not installed")
     out = tmp_path / "run"
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TQDM_DISABLE": "1"}
-    done = subprocess.run([launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
-                           "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "minigrpo", "train",
-                           "diffusion", "--recipe", "digits", "--smoke", "--output", str(out)],
-                          capture_output=True, text=True, env=env, timeout=300)
+    done = accelerate_launch("train", "diffusion", "--recipe", "digits", "--smoke", "--output", str(out))
     assert done.returncode == 0, done.stderr[-2000:]
     assert "in 2 processes" in done.stdout and done.stdout.count("before GRPO") == 1  # rank 0 alone reports
     record = json.loads((out / "results.json").read_text())
