@@ -215,3 +215,22 @@ def plot_horizon_sweep(curves: dict, horizons, seeds, steps_per_iter: int, label
     axes[0, 0].legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def credit_share(task: Corridor, method: str, seed: int = 0, steps: int = 8192, group_size: int = 8,
+                 lam: float = 0.9) -> float:
+    """How much of a step's advantage is about that step's own decision, at the initial policy: the squared
+    correlation between the advantage of room t and the reward of room t, over one batch of ``steps`` steps.
+    For GRPO it shrinks like ``1/H`` (the room's reward is one of H terms of the return); for GAE it does not
+    depend on H (δ_t is the first of about 1/(1 − λ) discounted terms; the critic is untrained here)."""
+    gen = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    policy, critic = mlp(task.obs.shape[-1], 32, task.n_actions), mlp(task.obs.shape[-1], 32, 1)
+    episodes = steps // task.horizon
+    starts = torch.randint(task.obs.shape[0], (episodes // group_size,), generator=gen).repeat_interleave(group_size)
+    obs, _, rewards = task.rollout(policy, starts, gen)
+    if method == "grpo":
+        adv = grpo_advantages(rewards, group_size)
+    else:
+        adv = ppo_advantages(critic, obs, rewards, 1.0, lam)[0]
+    return float(torch.corrcoef(torch.stack([adv.reshape(-1), rewards.reshape(-1)]))[0, 1] ** 2)
