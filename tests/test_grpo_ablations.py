@@ -95,3 +95,12 @@ def test_old_logp_after_step_switches_the_clip_off(setup):
     assert set(good) >= {"reward", "length", "finished", "ratio_first", "ratio_last", "clip_frac", "nan"}
     assert good["ratio_first"].max() < 1e-6 and good["ratio_last"].min() > 0.05
     assert bad["ratio_last"].max() < 1e-6 and bad["clip_frac"].max() == 0.0
+
+
+def test_pass_at_k_unbiased_estimate():
+    from minigrpo.experiments.grpo_ablations import pass_at_k
+    # n = 4, c = 1: pass@1 = 1/4, pass@2 = 1 − C(3,2)/C(4,2) = 1/2; c = 0 → 0; c = 4 → 1
+    assert pass_at_k([1], 4, 1) == pytest.approx(0.25) and pass_at_k([1], 4, 2) == pytest.approx(0.5)
+    assert pass_at_k([0, 4], 4, 3) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="k must be"):
+        pass_at_k([1], 4, 5)

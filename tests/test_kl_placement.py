@@ -102,3 +102,12 @@ def test_bad_input_is_named():
         TabularLM(3, 2).token_logprobs(torch.zeros(5, 3, dtype=torch.float64))
     with pytest.raises(ValueError, match="vocab"):
         TabularLM(1, 3)
+
+
+def test_sequence_kl_is_the_enumerated_sum():
+    lm = TabularLM(vocab=2, length=2)  # contexts: "", "0", "1"
+    ref = torch.zeros(3, 2, dtype=torch.float64)  # uniform: every sequence 1/4
+    theta = torch.tensor([[0.0, 1.0], [0.0, 0.0], [2.0, 0.0]], dtype=torch.float64)
+    p1 = torch.softmax(theta[0], -1)
+    probs = torch.stack([p1[0] * torch.softmax(theta[1], -1), p1[1] * torch.softmax(theta[2], -1)]).flatten()
+    assert lm.sequence_kl(theta, ref) == pytest.approx(float((probs * (probs / 0.25).log()).sum()), abs=1e-12)

@@ -6,6 +6,7 @@
 - :func:`knob_runs`: short GRPO runs from one reference model, one changed knob each (μ > 1, clip-higher ε_high,
   β > 0), so the dashboard panels that μ = 1, β = 0 leave flat (clip fractions, ratio range, KL) have something
   to show.
+- :func:`correct_counts` and :func:`pass_at_k`: the unbiased pass@k estimate of section 10 (GRPO vs best-of-N).
 - :func:`length_study`: how ``loss_type`` (``"grpo"``, ``"dapo"``, ``"dr_grpo"``) moves completion lengths on a
   task whose answer length is the policy's free choice (``tasks.PrefixTask``), over several seeds;
   :func:`length_table` prints it.
@@ -16,6 +17,8 @@ Every run trains a copy of the model it is given; the caller's model never chang
 from __future__ import annotations
 
 import copy
+import math
+import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -27,6 +30,38 @@ from minigrpo.llm.sampling import generate
 from minigrpo.llm.sft import SFTConfig, train_sft
 from minigrpo.llm.tasks import PrefixTask, Task
 from minigrpo.llm.tokenizer import build_char_tokenizer
+
+
+def quiet_libraries() -> None:
+    """Silence library chatter in a lesson's output: Python warnings, transformers' logging and progress bars."""
+    from transformers.utils import logging as hf_logging
+
+    warnings.filterwarnings("ignore")
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+@torch.no_grad()
+def correct_counts(model, tokenizer, task: Task, problems, n: int, seed: int = 7, chunk: int = 50) -> np.ndarray:
+    """``[len(problems)]``: how many of ``n`` completions sampled at temperature 1 are right, per problem
+    (prompts in chunks of ``chunk``, one generator seeded with ``seed`` for all of them)."""
+    gen = torch.Generator().manual_seed(seed)
+    counts = []
+    for i in range(0, len(problems), chunk):
+        part = problems[i:i + chunk]
+        g = generate(model, tokenizer, [p.prompt for p in part], n, task.max_completion_length, 1.0, generator=gen)
+        ok = [task.correctness_reward(part[j // n], t, f)
+              for j, (t, f) in enumerate(zip(g.texts(tokenizer), g.finished.tolist()))]
+        counts += np.array(ok).reshape(len(part), n).sum(1).tolist()
+    return np.array(counts)
+
+
+def pass_at_k(counts, n: int, k: int) -> float:
+    """The unbiased pass@k estimate (Chen et al. 2021), averaged over problems: ``1 − C(n − c, k) / C(n, k)`` for a
+    problem with ``c`` right completions out of ``n`` (``k ≤ n``)."""
+    if not 1 <= k <= n:
+        raise ValueError(f"pass_at_k: k must be in [1, n] = [1, {n}], got {k}")
+    return float(np.mean([1.0 - math.comb(n - int(c), k) / math.comb(n, k) for c in counts]))
 
 
 def at_temperature(temperature: float):
@@ -136,5 +171,5 @@ def length_table(rows: list[dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LengthByCorrectness", "at_temperature", "knob_runs", "length_study", "length_table", "prefix_reference",
-           "run_grpo", "temperature_mismatch"]
+__all__ = ["LengthByCorrectness", "at_temperature", "correct_counts", "knob_runs", "length_study", "length_table",
+           "pass_at_k", "prefix_reference", "quiet_libraries", "run_grpo", "temperature_mismatch"]

@@ -86,8 +86,9 @@ def per_sample_gradients(theta: torch.Tensor, ref_logits: torch.Tensor, name: st
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Cosine of two vectors; NaN when either is zero (to float64 rounding: a zero mean is not a direction)."""
     na, nb = a.norm(), b.norm()
-    return float("nan") if na == 0 or nb == 0 else float(a @ b / (na * nb))
+    return float("nan") if na <= 1e-12 * nb or nb == 0 else float(a @ b / (na * nb))
 
 
 def _which(g: torch.Tensor, candidates: dict[str, torch.Tensor], tol: float = 1e-9) -> str:
@@ -185,6 +186,11 @@ class TabularLM:
         if theta.shape != (self.num_contexts, self.vocab):
             raise ValueError(f"theta must be [{self.num_contexts}, {self.vocab}] (contexts, vocab), got {tuple(theta.shape)}")
         return torch.log_softmax(theta, -1)[self.contexts, self.seqs]
+
+    def sequence_kl(self, theta: torch.Tensor, ref_theta: torch.Tensor) -> float:
+        """The exact ``KL(π_θ‖π_ref)`` between the two distributions over whole sequences, in nats."""
+        lp, ref = self.token_logprobs(theta).sum(-1), self.token_logprobs(ref_theta).sum(-1)
+        return float((lp.exp() * (lp - ref)).sum())
 
     def per_position_kl(self, theta: torch.Tensor, ref_theta: torch.Tensor, reverse: bool = False) -> torch.Tensor:
         """``[S, L]``: the exact KL between the next-token distributions at each sequence's prefix."""
