@@ -2,7 +2,8 @@
 
 By default they grade solutions/02_actor_critic_gae.ipynb (and must pass). To grade your own work:
     python -m pytest tests/grading/test_ex02.py --grade-source exercises
-The items' cases run in test_items.py; the properties below compare your functions with literal float64 loops written from the definitions.
+The items' cases run in test_items.py; the properties below compare your functions with literal float64 loops written
+from the definitions, your targets with your TD residuals, and run your ablation on a seed the item does not grade.
 """
 
 import pytest
@@ -103,3 +104,54 @@ def test_explained_variance_is_shift_invariant_and_matches_the_definition(learne
                          / (returns - returns.mean()).pow(2).sum())
     assert abs(float(ev(values, returns)) - expected) < 1e-9
     assert abs(float(ev(values + 17.0, returns)) - expected) < 1e-9
+
+
+def _targets_by_definition(r, nv, term, trunc, gamma, truncation_is_terminal):
+    """y_t = r_t + γ·V(s_{t+1}) unless step t stopped (terminated; or truncated too, with the bug), one entry at a time."""
+    out = torch.zeros_like(r, dtype=torch.float64)
+    for idx in torch.cartesian_prod(*[torch.arange(n) for n in r.shape]).reshape(-1, r.ndim):
+        i = tuple(idx.tolist())
+        stop = bool(term[i]) or (truncation_is_terminal and bool(trunc[i]))
+        out[i] = float(r[i]) + (0.0 if stop else gamma * float(nv[i]))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("bug", [False, True])
+def test_td_targets_random_rollouts_match_the_definition(learner_fn, seed, bug):
+    """Random [T, N] rollouts with both kinds of end (and steps with both flags) against a literal loop."""
+    r, _, nv, term, trunc, gamma, _ = _random_rollout(20 + seed, 30, 3)
+    trunc = trunc | (term & (torch.rand(term.shape, generator=torch.Generator().manual_seed(seed)) < 0.5))
+    got = learner_fn(EXERCISE, "td_targets")(r.clone(), nv.clone(), term.clone(), trunc.clone(), gamma,
+                                             truncation_is_terminal=bug)
+    torch.testing.assert_close(torch.as_tensor(got, dtype=torch.float64),
+                               _targets_by_definition(r, nv, term, trunc, gamma, bug), rtol=1e-9, atol=1e-9)
+
+
+def test_td_targets_minus_values_are_the_td_residuals(learner_fn):
+    """y_t − V(s_t) is 02.1's δ_t, whatever the truncation flags (a truncated step bootstraps either way)."""
+    r, v, nv, term, trunc, gamma, _ = _random_rollout(31, 40, 4)
+    targets = torch.as_tensor(learner_fn(EXERCISE, "td_targets")(r, nv, term, trunc, gamma), dtype=torch.float64)
+    deltas = torch.as_tensor(learner_fn(EXERCISE, "td_residuals")(r, v, nv, term, gamma), dtype=torch.float64)
+    torch.testing.assert_close(targets - v, deltas, rtol=1e-9, atol=1e-9)
+
+
+def test_the_planted_bug_is_old_gyms_single_done_flag(learner_fn):
+    """truncation_is_terminal=True gives the targets of a trainer that sees one flag, done = terminated | truncated."""
+    td_targets = learner_fn(EXERCISE, "td_targets")
+    r, _, nv, term, trunc, gamma, _ = _random_rollout(32, 40, 4)
+    planted = td_targets(r, nv, term, trunc, gamma, truncation_is_terminal=True)
+    single_done = td_targets(r, nv, term | trunc, torch.zeros_like(trunc), gamma)
+    torch.testing.assert_close(torch.as_tensor(planted), torch.as_tensor(single_done), rtol=0, atol=0)
+
+
+def test_time_limit_ablation_on_another_seed_shows_the_damage(learner_fn):
+    """Seed 1 (the item grades seed 0): the correct agent works to the time limit, the bugged one quits early.
+    Reference figures over seeds 0–5 at 8,000 steps (identical with 1 and 2 torch threads): late episode length
+    4.96–5.00 with bootstrapping, 2.70–3.84 with truncation as termination, gap 1.16–2.30 (seed 1: 5.00 vs 3.64).
+    Margins: ≥ 4.8, ≤ 4.2, gap ≥ 0.8."""
+    lengths = learner_fn(EXERCISE, "time_limit_ablation")([1], 8000)
+    boot, term = float(lengths["bootstrap"][0]), float(lengths["terminal"][0])
+    assert boot >= 4.8, f"with bootstrapping the agent should work to the time limit (≈ 5 steps), got {boot:.2f}"
+    assert term <= 4.2, f"with truncation as termination the agent should quit early (≈ 3.6 steps), got {term:.2f}"
+    assert boot - term >= 0.8, f"gap {boot - term:.2f}: expected at least 0.8 (measured 1.2 to 2.3 over six seeds)"

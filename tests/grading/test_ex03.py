@@ -2,15 +2,17 @@
 
 By default they grade solutions/03_trpo.ipynb (and must pass). To grade your own work:
     python -m pytest tests/grading/test_ex03.py --grade-source exercises
-The items' cases run in test_items.py; the tests below compare your functions with independent oracles: a direct linear solve, and a Fisher matrix built
-explicitly from score outer products.
+The items' cases run in test_items.py; the tests below compare your functions with independent oracles: a direct linear solve, a Fisher matrix built
+explicitly from score outer products, the line search's definition on random problems, and the package's own
+in-place line search (the one train_trpo runs) on real TRPO steps.
 """
 
 import pytest
 import torch
 
-from minigrpo.course.grading.ex03 import random_spd, tiny_categorical_problem
-from minigrpo.trust_region import flat_grad
+from minigrpo.course.grading.ex03 import line_problem, random_spd, tiny_categorical_problem
+from minigrpo.trust_region import (backtracking_line_search, conjugate_gradient, fisher_vector_product, flat_grad,
+                                   flat_params, set_flat_params, trust_region_step)
 
 EXERCISE = "03"
 
@@ -186,3 +188,84 @@ def test_full_step_scales_with_the_square_root_of_delta(learner_fn):
     x, Fx = torch.tensor([1.0, 2.0], dtype=torch.float64), torch.tensor([3.0, 1.0], dtype=torch.float64)
     ratio = step(x, Fx, 0.04).norm() / step(x, Fx, 0.01).norm()
     assert abs(float(ratio) - 2.0) < 1e-12, f"quadrupling δ should double the step, it multiplied it by {float(ratio):.4g}"
+
+
+# ----------------------------------------------------------------------------- 03.4 line_search
+
+def _first_acceptable(gain, curvature, kl, predicted, max_kl, max_backtracks, shrink, accept_ratio):
+    """By the definition, on a line problem: the first k whose fraction passes both tests (None if none)."""
+    for k in range(max_backtracks):
+        f = shrink**k
+        improvement = gain * f - curvature * f * f
+        if kl * f * f <= max_kl and improvement > 0 and improvement >= accept_ratio * f * predicted:
+            return k
+    return None
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_line_search_returns_the_first_acceptable_fraction(learner_fn, seed):
+    """Random line problems (improvement, KL and prediction known along the step), random knobs: the result is
+    old_params + shrink^k · full_step for the first k that passes both tests, or old_params itself and None."""
+    search = learner_fn(EXERCISE, "line_search")
+    g = torch.Generator().manual_seed(seed)
+    u = lambda lo, hi: float(lo + (hi - lo) * torch.rand(1, generator=g))  # noqa: E731
+    gain, curvature, kl = u(0.1, 2.0), u(0.0, 4.0), 10 ** u(-3, 2)
+    predicted, max_kl = gain * u(0.5, 3.0), 10 ** u(-3, -1)
+    max_backtracks, shrink, accept_ratio = int(u(1, 12)), u(0.3, 0.9), u(0.0, 0.5)
+    surrogate, mean_kl, theta0, step, _ = line_problem(gain, curvature, kl, n=5, seed=seed)
+    before = theta0.clone()
+    params, k = search(surrogate, mean_kl, theta0, step, predicted, max_kl, max_backtracks, shrink, accept_ratio)
+    expected = _first_acceptable(gain, curvature, kl, predicted, max_kl, max_backtracks, shrink, accept_ratio)
+    assert torch.equal(theta0, before), "line_search changed old_params in place"
+    assert k == expected, f"backtracks: got {k}, the first acceptable fraction is shrink^{expected}"
+    if expected is None:
+        assert torch.equal(params, before), "with no step accepted, the old parameters must come back unchanged"
+    else:
+        torch.testing.assert_close(params, before + shrink**expected * step, rtol=1e-12, atol=1e-12)
+
+
+def _trpo_batch(seed):
+    """A tiny softmax policy, random actions and advantages, its surrogate and KL (zero-argument, on the live
+    parameters, as the trainer's) and the natural-gradient full step to δ = 0.01."""
+    net, params, obs, mean_kl = tiny_categorical_problem(seed, n_states=8)
+    g = torch.Generator().manual_seed(seed)
+    actions = torch.randint(0, 3, (len(obs),), generator=g)
+    adv = torch.randn(len(obs), generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        old_logp = torch.log_softmax(net(obs), -1).gather(1, actions[:, None]).squeeze(1)
+
+    def surrogate():
+        logp = torch.log_softmax(net(obs), -1).gather(1, actions[:, None]).squeeze(1)
+        return (torch.exp(logp - old_logp) * adv).mean()
+
+    grad = flat_grad(surrogate(), params)
+    fvp = fisher_vector_product(mean_kl, params, 0.1)
+    step = trust_region_step(fvp, conjugate_gradient(fvp, grad, 10), 0.01)
+    return params, surrogate, mean_kl, step, float(grad @ step)
+
+
+@pytest.mark.parametrize("seed,stretch", [(0, 1.0), (1, 3.0), (2, 10.0), (3, 40.0), (4, 1000.0)])
+def test_line_search_matches_the_trainers_search_on_real_trpo_steps(learner_fn, seed, stretch):
+    """On real TRPO steps (stretched so that 0 to all 10 halvings are needed), the learner's pure search takes the
+    same decision as the package's in-place trust_region.backtracking_line_search that train_trpo uses."""
+    search = learner_fn(EXERCISE, "line_search")
+    params, surrogate, mean_kl, step, expected_improvement = _trpo_batch(seed)
+    theta0 = flat_params(params)
+    with torch.no_grad():
+        accepted, fraction = backtracking_line_search(lambda: surrogate().item(), lambda: mean_kl().item(), params,
+                                                      stretch * step, stretch * expected_improvement, 0.01)
+    package_params = flat_params(params)
+    set_flat_params(params, theta0)
+
+    def at(fn):
+        def value(theta):
+            set_flat_params(params, theta)
+            with torch.no_grad():
+                return fn().item()
+        return value
+
+    mine, k = search(at(surrogate), at(mean_kl), theta0, stretch * step, stretch * expected_improvement, 0.01)
+    assert (k is not None) == accepted, f"accepted: package {accepted}, yours {k is not None}"
+    if accepted:
+        assert 0.5**k == fraction, f"package took fraction {fraction}, you took 0.5^{k}"
+    torch.testing.assert_close(mine, package_params, rtol=1e-12, atol=1e-12)

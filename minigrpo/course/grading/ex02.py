@@ -1,4 +1,5 @@
-"""Exercise 02 — actor-critic and GAE: TD residuals, GAE with episode boundaries, explained variance."""
+"""Exercise 02 — actor-critic and GAE: TD residuals, GAE with episode boundaries, explained variance, one-step
+targets with both kinds of episode end, and an ablation that plants "truncation as termination" and measures it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from torch import tensor
 
 from minigrpo.advantages import gae as package_gae
 from minigrpo.control.onpolicy import explained_variance as package_explained_variance
-from minigrpo.course.grading.core import Case, Item, Made, Spread, WrongAnswer, checked_by
+from minigrpo.course.grading.core import Call, Case, Item, Made, Spread, WrongAnswer, checked_by
 
 TITLE = "actor-critic and GAE"
 
@@ -306,4 +307,166 @@ EXPLAINED_VARIANCE = Item(
     ],
 )
 
-ITEMS = [TD_RESIDUALS, GAE, EXPLAINED_VARIANCE]
+
+# --------------------------------------------------------------------------- 02.4 td_targets
+
+
+def td_targets(rewards, next_values, terminated, truncated, gamma, truncation_is_terminal=False):
+    """Reference: y_t = r_t + γ·(1 − stop_t)·next_values_t, stop = terminated (or terminated | truncated when
+    ``truncation_is_terminal``: the planted bug of the ablation). A step both terminated and truncated stops."""
+    r = _as_float(rewards)
+    nv = torch.as_tensor(next_values, dtype=r.dtype)
+    term = torch.as_tensor(terminated, dtype=torch.bool)
+    trunc = torch.as_tensor(truncated, dtype=torch.bool)
+    for name, x in (("next_values", nv), ("terminated", term), ("truncated", trunc)):
+        if x.shape != r.shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, rewards has shape {tuple(r.shape)}")
+    stop = term | trunc if truncation_is_terminal else term
+    return r + gamma * torch.where(stop, torch.zeros_like(nv), nv)
+
+
+def _targets_variant(rewards, next_values, terminated, truncated, gamma, truncation_is_terminal=False, *,
+                     stop="term", flag="adds truncation", both="terminated wins"):
+    """td_targets with one typical mistake (each wrong answer switches one knob); the reference's input checks
+    come first, so a wrong answer differs from it by its one mistake only."""
+    td_targets(rewards, next_values, terminated, truncated, gamma, truncation_is_terminal)
+    r = _as_float(rewards)
+    nv = torch.as_tensor(next_values, dtype=r.dtype)
+    term, trunc = torch.as_tensor(terminated, dtype=torch.bool), torch.as_tensor(truncated, dtype=torch.bool)
+    if both == "truncated wins":
+        term = term & ~trunc
+    planted = {"adds truncation": truncation_is_terminal, "ignored": False, "inverted": not truncation_is_terminal}[flag]
+    base = {"term": term, "done": term | trunc, "none": torch.zeros_like(term)}[stop]
+    halt = base | trunc if planted else base
+    return r + gamma * torch.where(halt, torch.zeros_like(nv), nv)
+
+
+def _targets_raw_flags(rewards, next_values, terminated, truncated, gamma, truncation_is_terminal=False):
+    """The mask as `1 − terminated` / `~terminated` of the flags as given (right for bool flags, not 0/1 integers)."""
+    r = _as_float(rewards)
+    term, trunc = torch.as_tensor(terminated), torch.as_tensor(truncated)
+    stop = term | trunc if truncation_is_terminal else term
+    return r + gamma * (~stop).to(r.dtype) * torch.as_tensor(next_values, dtype=r.dtype)
+
+
+def _random_targets_rollout(T, N, seed):
+    """(rewards, next_values, terminated, truncated) of :func:`random_rollout`."""
+    r, _, nv, term, trunc = random_rollout(T, N, seed=seed, p_trunc=0.1)
+    return r, nv, term, trunc
+
+
+_TARGET_SHAPE_HINT = ("check the shapes first: next_values, terminated and truncated must all have the shape of "
+                      "rewards; raise ValueError when one differs (broadcasting would hide the bug).")
+
+TARGET_CASES = [
+    Case("a truncation at t = 1 bootstraps from next_values[1], V of the episode's final observation",
+         (tensor([1.0, 1.0, 1.0]), tensor([2.0, 3.0, 4.0]), tensor([F, F, F]), tensor([F, T, F]), 0.5)),
+    Case("a termination at t = 2 bootstraps nothing (next_values[2] = 10 is meaningless)",
+         (tensor([1.0, 1.0, 1.0]), tensor([2.0, 3.0, 10.0]), tensor([F, F, T]), tensor([F, F, F]), 0.5)),
+    Case("truncation_is_terminal=True plants the bug: the truncated step t = 1 gets r alone",
+         (tensor([1.0, 1.0, 1.0]), tensor([2.0, 3.0, 4.0]), tensor([F, F, F]), tensor([F, T, F]), 0.5),
+         {"truncation_is_terminal": True}),
+    Case("a step both terminated and truncated (gymnasium allows it) is terminal: t = 1 gets r alone",
+         (tensor([1.0, 1.0]), tensor([4.0, 6.0]), tensor([F, T]), tensor([F, T]), 0.5),
+         hint="terminated decides: a terminal state has no future even if the time limit struck at the same step."),
+    Case("two envs, shape [T, N] = [2, 3]: each kind of end once, and a step of each env that goes on",
+         (tensor([[1.0, 2.0, 0.0], [1.0, 1.0, 3.0]]), tensor([[5.0, 1.0, 2.0], [2.0, 4.0, 8.0]]),
+          tensor([[T, F, F], [F, F, F]]), tensor([[F, F, T], [F, F, F]]), 0.9)),
+    Case("mismatched shapes are refused with a ValueError",
+         (torch.ones(3), torch.ones(3, 1), tensor([F, F, F]), tensor([F, F, F]), 0.9), hint=_TARGET_SHAPE_HINT),
+    Case("random float64 [64, 4] rollout with both kinds of end, γ = 0.97",
+         (Spread(_random_targets_rollout, 64, 4, seed=5), 0.97), quick=False, rtol=1e-9, atol=1e-9),
+    Case("the same rollout with the bug planted", (Spread(_random_targets_rollout, 64, 4, seed=5), 0.97),
+         {"truncation_is_terminal": True}, quick=False, rtol=1e-9, atol=1e-9),
+    Case("episode-end flags given as 0/1 integers (int64), with the bug planted",
+         (tensor([1.0, 1.0, 1.0, 1.0]), tensor([2.0, 4.0, 1.0, 2.0]), tensor([0, 0, 1, 0]), tensor([0, 1, 0, 0]), 0.5),
+         {"truncation_is_terminal": True}, quick=False,
+         hint="turn the flags into booleans (terminated.bool()) before combining them: on an int64 tensor `~` is a "
+              "bitwise not (~0 = −1, ~1 = −2), not 'not ended'."),
+]
+
+
+TD_TARGETS = Item(
+    exercise="02", number=4, function="td_targets", title="one-step targets with both kinds of episode end",
+    reference=td_targets, cases=TARGET_CASES,
+    wrong_answers=[
+        WrongAnswer("bootstraps at terminal steps", partial(_targets_variant, stop="none"),
+                    "a terminated step has no future: its target is r_t alone. Zero the bootstrap where terminated "
+                    "is True (torch.where(terminated, 0, next_values))."),
+        WrongAnswer("truncation always terminal", partial(_targets_variant, stop="done"),
+                    "a time limit does not end the task: a truncated step still bootstraps from next_values[t] (V of "
+                    "the final observation). Only with truncation_is_terminal=True (the planted bug) does it stop."),
+        WrongAnswer("truncation_is_terminal ignored", partial(_targets_variant, flag="ignored"),
+                    "truncation_is_terminal=True must plant the bug: then a truncated step stops like a terminated "
+                    "one (stop = terminated | truncated)."),
+        WrongAnswer("truncation_is_terminal inverted", partial(_targets_variant, flag="inverted"),
+                    "the flag is upside down: by default (False) truncated steps bootstrap; True makes them stop."),
+        WrongAnswer("truncated wins when both", partial(_targets_variant, both="truncated wins"),
+                    "a step can be terminated and truncated at once: it is terminal (the state has no future), so "
+                    "no bootstrap; test terminated, not 'truncated and not terminated'."),
+        WrongAnswer("no discount", lambda r, nv, term, trunc, gamma, truncation_is_terminal=False: td_targets(
+                    r, nv, term, trunc, 1.0, truncation_is_terminal),
+                    "the bootstrap is discounted: y_t = r_t + γ·V(s_{t+1})."),
+        WrongAnswer("bitwise not of integer flags", checked_by(td_targets, _targets_raw_flags),
+                    "with 0/1 integer flags, `~flags` is −1/−2 (a bitwise not), not 'not ended': convert the flags "
+                    "with .bool() first (or use 1 − flags.float()).", quick=False),
+    ],
+)
+
+# --------------------------------------------------------------------------- 02.5 time_limit_ablation
+
+
+def time_limit_ablation(seeds, total_timesteps: int = 8000, targets=td_targets, planted=(False, True)):
+    """Reference: for each seed, A2C (λ = 0) on CashOut with the correct targets and with truncation treated as
+    termination; the mean episode length over the second half of training, {"bootstrap": [...], "terminal": [...]}
+    (Python floats). ``planted`` says which bug flag each of the two runs gets (the wrong answers change it)."""
+    from minigrpo.experiments.time_limits import cash_out_config, late_episode_length, train_a2c_on_targets
+
+    lengths = {"bootstrap": [], "terminal": []}
+    for seed in seeds:
+        for name, terminal in zip(lengths, planted):
+            def fn(r, nv, term, trunc, gamma, terminal=terminal):
+                return targets(r, nv, term, trunc, gamma, truncation_is_terminal=terminal)
+            lengths[name].append(late_episode_length(train_a2c_on_targets(fn, cash_out_config(seed, total_timesteps))))
+    return lengths
+
+
+def _lengths(fn, inputs):
+    """The learner's {"bootstrap": [...], "terminal": [...]} as float64 tensors, one entry per seed."""
+    out = inputs(fn)
+    if not (isinstance(out, dict) and {"bootstrap", "terminal"} <= out.keys()):
+        raise TypeError('time_limit_ablation must return a dict {"bootstrap": [...], "terminal": [...]}')
+    return {f"episode length, {k}": torch.as_tensor(out[k], dtype=torch.float64).reshape(-1)
+            for k in ("bootstrap", "terminal")}
+
+
+#: How far a right answer may land from the reference's figures. Measured with the reference over seeds 0–5 at
+#: 8,000 steps (the same with 1 and 2 torch threads: the trainer runs on one): late episode length 4.99, 5.00,
+#: 5.00, 5.00, 4.96, 5.00 with bootstrapping; 3.09, 3.64, 3.43, 3.84, 3.44, 2.70 with truncation as
+#: termination (gap 1.16 to 2.30). A learner's run that drifts from the reference's by rounding behaves like
+#: another seed: 0.8 covers every seed's distance from seed 0's figures (3.09, 4.99).
+ABLATION_BAND = 0.8
+
+ABLATION_CASES = [
+    Case("seed 0, 8,000 steps per run: the late episode length with bootstrapping (≈ 5, the time limit) and with "
+         "truncation as termination (≈ 3.1: the agent quits)", ([0], 8000),
+         call=Call(_lengths, "compared: the episode lengths per seed, to within ±0.8 (seed-to-seed spread)"),
+         rtol=1e-4, atol=ABLATION_BAND,
+         hint="run A2C twice per seed, cash_out_config(seed, total_timesteps), with targets from your td_targets: "
+              "truncation_is_terminal=False for \"bootstrap\", True for \"terminal\"; measure late_episode_length."),
+]
+
+TIME_LIMIT_ABLATION = Item(
+    exercise="02", number=5, function="time_limit_ablation", title="ablation: a time limit treated as termination",
+    reference=time_limit_ablation, cases=ABLATION_CASES, time_limit=60.0,
+    wrong_answers=[
+        WrongAnswer("bug planted in both runs", partial(time_limit_ablation, planted=(True, True)),
+                    "your \"bootstrap\" run has the bug too: pass truncation_is_terminal=False there, so that the "
+                    "time limit bootstraps and the agent keeps working to the end (about 5 steps)."),
+        WrongAnswer("runs swapped", partial(time_limit_ablation, planted=(True, False)),
+                    "the two runs are swapped: \"bootstrap\" is the correct run (truncation_is_terminal=False), "
+                    "\"terminal\" the one with the bug planted (True)."),
+    ],
+)
+
+ITEMS = [TD_RESIDUALS, GAE, EXPLAINED_VARIANCE, TD_TARGETS, TIME_LIMIT_ABLATION]

@@ -1,4 +1,5 @@
-"""Exercise 03 — TRPO: conjugate gradient, Fisher-vector products, the step to the trust-region boundary."""
+"""Exercise 03 — TRPO: conjugate gradient, Fisher-vector products, the step to the trust-region boundary, the
+backtracking line search."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from functools import partial
 import torch
 from torch.distributions import Categorical, Independent, Normal, kl_divergence
 
-from minigrpo.course.grading.core import Call, Case, Item, Made, Spread, WrongAnswer, f64, randn
-from minigrpo.trust_region import conjugate_gradient, fisher_vector_product, flat_grad
+from minigrpo.course.grading.core import IN_PLACE_HINT, Call, Case, Item, Made, Spread, WrongAnswer, f64, randn
+from minigrpo.trust_region import conjugate_gradient, fisher_vector_product, flat_grad, flat_params, set_flat_params
 
 TITLE = "TRPO"
 
@@ -336,4 +337,184 @@ TRPO_FULL_STEP = Item(
     ],
 )
 
-ITEMS = [CONJUGATE_GRADIENT, FISHER_VECTOR_PRODUCT, TRPO_FULL_STEP]
+
+# --------------------------------------------------------------------------- 03.4 line_search
+
+
+def line_search(surrogate, mean_kl, old_params: torch.Tensor, full_step: torch.Tensor, expected_improvement: float,
+                max_kl: float, max_backtracks: int = 10, shrink: float = 0.5, accept_ratio: float = 0.1):
+    """The reference: try old_params + shrink^k · full_step for k = 0, …, max_backtracks − 1 and return the first
+    whose measured KL is ≤ max_kl and whose surrogate improvement is > 0 and ≥ accept_ratio · shrink^k ·
+    expected_improvement, with k; when none qualifies, (old_params, None). ``surrogate(θ)`` and ``mean_kl(θ)`` take
+    a flat parameter vector and return Python floats. Pure: nothing is written in place (the package's
+    ``trust_region.backtracking_line_search`` is the same search on the live parameters of a module)."""
+    if old_params.ndim != 1 or full_step.shape != old_params.shape:
+        raise ValueError(f"old_params and full_step must be flat vectors of the same shape, got "
+                         f"{tuple(old_params.shape)} and {tuple(full_step.shape)}")
+    base = float(surrogate(old_params))
+    for k in range(max_backtracks):
+        fraction = shrink**k
+        params = old_params + fraction * full_step
+        improvement = float(surrogate(params)) - base
+        if float(mean_kl(params)) <= max_kl and improvement > 0 and \
+                improvement >= accept_ratio * fraction * expected_improvement:
+            return params, k
+    return old_params, None
+
+
+def _ls_variant(surrogate, mean_kl, old_params, full_step, expected_improvement, max_kl, max_backtracks=10,
+                shrink=0.5, accept_ratio=0.1, *, check_kl=True, check_gain=True, ratio="scaled", on_failure="old",
+                extra_tries=0, first=0, count_shift=0, fixed_shrink=None, in_place=False):
+    """The search with one typical mistake switched on (each wrong answer below switches one knob); the input
+    check is the reference's, so a wrong answer differs from it by its one mistake only."""
+    if old_params.ndim != 1 or full_step.shape != old_params.shape:
+        raise ValueError("old_params and full_step must be flat vectors of the same shape")
+    base = float(surrogate(old_params))
+    params = old_params
+    for k in range(max_backtracks + extra_tries):
+        fraction = (fixed_shrink or shrink) ** (k + first)
+        if in_place:
+            old_params += fraction * full_step  # every try moves the caller's tensor further
+            params = old_params
+        else:
+            params = old_params + fraction * full_step
+        improvement = float(surrogate(params)) - base
+        needed = accept_ratio * (fraction if ratio == "scaled" else 1.0) * expected_improvement
+        gain_ok = improvement > 0 and (ratio == "none" or improvement >= needed)
+        if (float(mean_kl(params)) <= max_kl or not check_kl) and (gain_ok or not check_gain):
+            return params, k + count_shift
+    return (params if on_failure == "last" else old_params), None
+
+
+def line_problem(gain: float, curvature: float, kl: float, predicted: float | None = None, n: int = 3, seed: int = 0,
+                 step_n: int | None = None):
+    """(surrogate, mean_kl, old_params, full_step, expected_improvement) for a search whose numbers are known along
+    the line θ = old_params + f · full_step: improvement(f) = gain·f − curvature·f², KL(f) = kl·f², and the predicted
+    improvement of the full step ``predicted`` (default: gain, the slope at f = 0). float64, n parameters (a
+    full_step of ``step_n`` entries instead, to test the refusal of mismatched shapes)."""
+    theta0, step = random_vec(n, seed), random_vec(step_n or n, seed + 1)
+
+    def fraction(theta: torch.Tensor) -> float:  # f for a θ on the line
+        return float((theta - theta0) @ step / (step @ step))
+
+    def surrogate(theta: torch.Tensor) -> float:
+        f = fraction(theta)
+        return 0.5 + gain * f - curvature * f * f
+
+    def mean_kl(theta: torch.Tensor) -> float:
+        return kl * fraction(theta) ** 2
+
+    return surrogate, mean_kl, theta0.clone(), step, gain if predicted is None else predicted
+
+
+def policy_problem(seed: int = 0, max_kl: float = 0.01, stretch: float = 1.0):
+    """(surrogate, mean_kl, old_params, full_step, expected_improvement) of a real TRPO step: the tiny softmax policy
+    of 03.2, random actions and advantages, the natural-gradient step to the KL boundary (package CG), times
+    ``stretch``. The two functions load θ into the policy, then evaluate (as a trainer would)."""
+    net, params, obs, mean_kl_now = tiny_categorical_problem(seed, n_states=8)
+    g = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        old_logp_all = torch.log_softmax(net(obs), -1)
+    actions = torch.randint(0, old_logp_all.shape[-1], (len(obs),), generator=g)
+    adv = torch.randn(len(obs), generator=g, dtype=torch.float64)
+    old_logp = old_logp_all.gather(1, actions[:, None]).squeeze(1)
+
+    def surrogate_now() -> torch.Tensor:
+        logp = torch.log_softmax(net(obs), -1).gather(1, actions[:, None]).squeeze(1)
+        return (torch.exp(logp - old_logp) * adv).mean()
+
+    grad = flat_grad(surrogate_now(), params)
+    fvp = fisher_vector_product(mean_kl_now, params, 0.1)
+    x = conjugate_gradient(fvp, grad, 10)
+    step = stretch * torch.sqrt(2 * max_kl / (x @ fvp(x))) * x
+    theta0 = flat_params(params)
+
+    def at(fn):
+        def evaluate(theta: torch.Tensor) -> float:
+            set_flat_params(params, theta)
+            with torch.no_grad():
+                return fn().item()
+        return evaluate
+
+    return at(surrogate_now), at(mean_kl_now), theta0, step.detach(), float(grad @ step)
+
+
+def _accepted(fn, inputs):
+    out = inputs(fn)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(f"line_search must return a pair (params, backtracks), got {type(out).__name__}")
+    return {"params": out[0], "backtracks": out[1]}
+
+
+ACCEPTED = Call(_accepted, "compared: the parameters returned and the number of backtracks (None: no step accepted)")
+
+_KL_ONLY = "accept a step only if BOTH hold: the measured KL ≤ max_kl AND the surrogate improved (by > 0 and by at " \
+           "least accept_ratio · fraction · expected_improvement)."
+_NONE_HINT = ("when no fraction qualifies, return the OLD parameters (as given, not the last step you tried) and None: "
+              "TRPO then skips this update rather than take a step that broke the trust region.")
+
+LS_CASES = [
+    Case("the full step is accepted: improvement(f) = f − 0.2f², KL(f) = 0.005f² ≤ δ = 0.01 at f = 1 (0 backtracks)",
+         (Spread(line_problem, 1.0, 0.2, 0.005), 0.01), call=ACCEPTED, rtol=1e-9, atol=1e-12),
+    Case("KL(f) = 0.5f² breaks δ = 0.01 until f = 1/8 (3 backtracks); the surrogate improves at every f",
+         (Spread(line_problem, 1.0, 0.2, 0.5), 0.01), call=ACCEPTED, rtol=1e-9, atol=1e-12),
+    Case("the surrogate overshoots, improvement(f) = f − 3f² (< 0 at f = 1 and 1/2), KL is fine: 2 backtracks",
+         (Spread(line_problem, 1.0, 3.0, 0.005), 0.01), call=ACCEPTED, rtol=1e-9, atol=1e-12),
+    Case("improvement(f) = f − 0.95f² is positive at f = 1 (0.05) but below 10% of the predicted 1.0: 1 backtrack",
+         (Spread(line_problem, 1.0, 0.95, 0.005), 0.01), call=ACCEPTED, rtol=1e-9, atol=1e-12),
+    Case("the bar scales with the step: improvement 0.3f vs predicted 1.0f clears 10% at every f; KL(f) = 0.5f² "
+         "gives 3 backtracks", (Spread(line_problem, 0.3, 0.0, 0.5, predicted=1.0), 0.01), call=ACCEPTED,
+         rtol=1e-9, atol=1e-12,
+         hint="the bar is a share of the improvement predicted for the step actually tried: accept_ratio · fraction "
+              "· expected_improvement (expected_improvement is the full step's)."),
+    Case("KL(f) = 100f² needs f ≤ 0.01: nothing is accepted in max_backtracks = 4 tries → (old_params, None)",
+         (Spread(line_problem, 1.0, 0.2, 100.0), 0.01, 4), call=ACCEPTED, rtol=1e-9, atol=1e-12, hint=_NONE_HINT),
+    Case("KL(f) = 100f² first fits at f = 1/128, the 8th fraction; max_backtracks = 7 tries stop at 1/64 → None",
+         (Spread(line_problem, 1.0, 0.2, 100.0), 0.01, 7), call=ACCEPTED, rtol=1e-9, atol=1e-12,
+         hint="max_backtracks is the number of fractions tried, the full step included: f = shrink^k for "
+              "k = 0, …, max_backtracks − 1."),
+    Case("shrink = 0.8 and accept_ratio = 0: KL(f) = 0.02f² ≤ 0.01 first at f = 0.64 (2 backtracks)",
+         (Spread(line_problem, 1.0, 0.2, 0.02), 0.01), {"shrink": 0.8, "accept_ratio": 0.0}, call=ACCEPTED,
+         rtol=1e-9, atol=1e-12, hint="use the arguments shrink and accept_ratio, not 0.5 and 0.1 written in."),
+    Case("old_params (3 entries) and full_step (4 entries) of different shapes are refused with a ValueError",
+         (Spread(line_problem, 1.0, 0.2, 0.005, step_n=4), 0.01), call=ACCEPTED,
+         hint="check that old_params is 1-D and full_step.shape == old_params.shape; raise ValueError otherwise."),
+    Case("a real TRPO step of a softmax policy (03.2's), δ = 0.01", (Spread(policy_problem, seed=0), 0.01),
+         call=ACCEPTED, quick=False, rtol=1e-7, atol=1e-10),
+    Case("the same policy with a step 8× too long: backtracks needed", (Spread(policy_problem, seed=1, stretch=8.0), 0.01),
+         call=ACCEPTED, quick=False, rtol=1e-7, atol=1e-10),
+]
+
+LINE_SEARCH = Item(
+    exercise="03", number=4, function="line_search", title="the backtracking line search",
+    reference=line_search, cases=LS_CASES,
+    wrong_answers=[
+        WrongAnswer("only the KL checked", partial(_ls_variant, check_gain=False),
+                    "you checked only the KL: the quadratic model can also overshoot the *surrogate* (it may get "
+                    "worse along a long step). " + _KL_ONLY),
+        WrongAnswer("only the improvement checked", partial(_ls_variant, check_kl=False),
+                    "you checked only the improvement: the step must also stay inside the trust region as measured, "
+                    "mean_kl(θ) ≤ max_kl (the quadratic model of the KL is only an approximation). " + _KL_ONLY),
+        WrongAnswer("improvement > 0 only", partial(_ls_variant, ratio="none"),
+                    "an improvement that is positive but far below the prediction means the model is wrong there: "
+                    "also require improvement ≥ accept_ratio · fraction · expected_improvement."),
+        WrongAnswer("bar not scaled by the fraction", partial(_ls_variant, ratio="unscaled"),
+                    "the bar must shrink with the step: a step of fraction f is predicted to gain f · "
+                    "expected_improvement, so require improvement ≥ accept_ratio · f · expected_improvement."),
+        WrongAnswer("the last try returned on failure", partial(_ls_variant, on_failure="last"), _NONE_HINT),
+        WrongAnswer("one try too many", partial(_ls_variant, extra_tries=1),
+                    "off by one: try max_backtracks fractions in all, shrink^0 = 1 (the full step) to "
+                    "shrink^(max_backtracks − 1): `for k in range(max_backtracks)`."),
+        WrongAnswer("full step never tried", partial(_ls_variant, first=1),
+                    "off by one: the first try is the full step itself (fraction shrink^0 = 1); shrink only after a "
+                    "rejected try."),
+        WrongAnswer("tries counted, not backtracks", partial(_ls_variant, count_shift=1),
+                    "return the number of backtracks, k for the fraction shrink^k: 0 when the full step is accepted "
+                    "(you returned the number of tries)."),
+        WrongAnswer("shrink fixed at 0.5", partial(_ls_variant, fixed_shrink=0.5),
+                    "use the argument shrink, not 0.5 written in: fraction = shrink ** k."),
+        WrongAnswer("old_params moved in place", partial(_ls_variant, in_place=True), IN_PLACE_HINT),
+    ],
+)
+
+ITEMS = [CONJUGATE_GRADIENT, FISHER_VECTOR_PRODUCT, TRPO_FULL_STEP, LINE_SEARCH]
