@@ -36,9 +36,8 @@ def test_the_cartpole_batch_has_the_training_loops_shapes():
 
 
 def test_a_policy_loss_of_the_wrong_sign_fails_the_training_case_itself():
-    """Item 04.5's sign mistake fails its training case on its own (seed 0 already, greedy return about 9; the
-    figures are in ex04's comments), not only its quick case. (Its other mistake, no clip, fails seed 0 on this
-    machine but solves other seeds: the quick case is what catches it everywhere.)"""
+    """Item 04.5's mistake (a policy loss of the wrong sign) fails its training case on its own, at the first graded
+    seed already (greedy return about 9; the figures are in ex04's comments), not only its quick case."""
     item = ex04.PPO_UPDATE_TRAINS
     training = next(c for c in item.cases if not c.quick)
     result = outcome(item, training, next(w.fn for w in item.wrong_answers if w.name == "sign"))

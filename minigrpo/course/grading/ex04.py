@@ -590,18 +590,18 @@ PPO_UPDATE = Item(
 #: threads give identical runs, the training loop pins one), env steps to solve, "-" for never within 30,720:
 #:
 #: - the reference (the package's ppo_epochs), seeds 0-9: 10,240 12,288 14,336 16,384 8,192 6,144 20,480 8,192
-#:   8,192 12,288 (2.6-8.8 CPU s each; solutions/04's ppo_update gives the same on seeds 0-4). The graded seeds 0-2
-#:   take about 17 CPU s together and solve within 14,336 steps: the budget is 2.1x that, 1.5x the slowest of ten;
+#:   8,192 12,288 (2.6-8.8 CPU s each; solutions/04's ppo_update gives the same on seeds 0-4): the budget is 1.5x
+#:   the slowest of ten seeds. The graded seeds 5, 7, 8 solve within 8,192 steps (3.75x under the budget) in about
+#:   10 CPU s together; seed 4 is not graded, its untrained greedy policy already scores 500;
 #: - a policy loss of the wrong sign, seeds 0-4: - - - - - (greedy return 9.1-9.6; 13-15 CPU s each);
-#: - no clip, seeds 0-4: - 12,288 - 18,432 2,048 (last evaluations 9.7 500 198 476 500): it fails the graded
-#:   seed 0, but only 04.4's one-step cases catch it on every seed;
-#: - no update at all, seeds 0-4: - - - - 2,048 (last evaluations 9.3 263 146 9.2 500): seed 4's untrained greedy
-#:   policy already scores 500, so it is not graded;
+#: - no clip, seeds 0-9: - 12,288 - 18,432 2,048 26,624 - - - 20,480: a gamble, not a sure failure, so only
+#:   04.4's one-step cases (which catch it on any seed) name it;
+#: - no update at all, seeds 0-9: - - - - 2,048 - - - - - (last evaluations 9.2-263 but for seed 4's 500);
 #: - unnormalised advantages (measured with a 20,480-step budget, seeds 0-5): - 10,240 14,336 - 14,336 18,432.
 TRAIN_CONFIG = dict(env_id="CartPole-v1", num_envs=8, num_steps=32, update_epochs=20, num_minibatches=1, gamma=0.98,
                     gae_lambda=0.8, learning_rate=3e-3, ent_coef=0.0, clip_vloss=False, total_timesteps=30_720,
                     eval_every_steps=2_048, eval_episodes=10, target_return=475.0)
-TRAIN_SEEDS = (0, 1, 2)
+TRAIN_SEEDS = (5, 7, 8)
 #: a seed passes when its greedy evaluation reaches this within TRAIN_CONFIG's budget ("solved")
 CARTPOLE_THRESHOLD = 475.0
 
@@ -679,10 +679,6 @@ PPO_UPDATE_TRAINS = Item(
         WrongAnswer("sign", partial(_update, sign=-1.0),
                     "sign error in the policy loss, and CartPole is not learnt at all (greedy return about 9): "
                     "minimise −mean(min(r·A, clip(r)·A)), your 04.1, so that actions with A > 0 become likelier."),
-        WrongAnswer("no clipping", partial(_update, clip=False),
-                    "the policy loss is not clipped: 20 epochs at lr 3e-3 can then push the policy far from the one "
-                    "that collected the data (the graded seed 0 collapses to a greedy return of about 10, although "
-                    "other seeds survive): use −mean(min(r·A, clip(r, 1 ± ε)·A)) (your 04.1), not −mean(r·A)."),
     ],
 )
 
