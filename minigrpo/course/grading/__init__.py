@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 
 from minigrpo.course.grading.core import (
     Call,
@@ -33,19 +33,37 @@ from minigrpo.course.grading.core import (
 )
 
 
-def _discover() -> dict[str, tuple[str, list[Item]]]:
-    """Every module ``exNN`` of this package is exercise NN: it defines ``TITLE`` and ``ITEMS``."""
-    found = {}
-    for module in pkgutil.iter_modules(__path__):
-        match = re.fullmatch(r"ex(\d\d)", module.name)
-        if match:
-            mod = importlib.import_module(f"{__name__}.{module.name}")
-            found[match.group(1)] = (mod.TITLE, mod.ITEMS)
-    return dict(sorted(found.items()))
+class _Exercises(Mapping):
+    """Every module ``exNN`` of this package is exercise NN: it defines ``TITLE`` and ``ITEMS``.
+
+    The numbers are listed without importing anything; a module is imported the first time its exercise is
+    looked up. So ``check("04.1", ...)`` in a solution notebook imports ``ex04`` alone, and the notebook's
+    record of the code behind its outputs (:mod:`minigrpo.course.provenance`) does not go stale when another
+    exercise's grader changes.
+    """
+
+    def __init__(self):
+        self._numbers = sorted(m.group(1) for m in (re.fullmatch(r"ex(\d\d)", info.name)
+                                                     for info in pkgutil.iter_modules(__path__)) if m)
+        self._loaded: dict[str, tuple[str, list[Item]]] = {}
+
+    def __getitem__(self, number: str) -> tuple[str, list[Item]]:
+        if number not in self._numbers:
+            raise KeyError(number)
+        if number not in self._loaded:
+            mod = importlib.import_module(f"{__name__}.ex{number}")
+            self._loaded[number] = (mod.TITLE, mod.ITEMS)
+        return self._loaded[number]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._numbers)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
 
 
-#: Every graded exercise: its number, title and items, in course order.
-EXERCISES: dict[str, tuple[str, list[Item]]] = _discover()
+#: Every graded exercise: its number, title and items, in course order (each imported when first looked up).
+EXERCISES: Mapping[str, tuple[str, list[Item]]] = _Exercises()
 
 
 def items(exercise: str) -> list[Item]:
