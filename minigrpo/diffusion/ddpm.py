@@ -15,6 +15,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import diffusers
@@ -103,6 +104,21 @@ def train_ddpm(unet: UNet2DModel, scheduler: DDPMScheduler, images: torch.Tensor
     ``seed``, so a run is reproducible. ``threads``: torch threads during training (1 is fastest
     for this tiny UNet on a small, shared CPU; ``None`` leaves the setting alone).
     """
+    def loss_fn(x0, y, g):
+        return ddpm_loss(unet, x0, y, scheduler, generator=g, p_uncond=p_uncond)
+
+    return train_denoiser(unet, images, labels, loss_fn, steps, batch_size=batch_size, lr=lr, seed=seed,
+                          warmup_steps=warmup_steps, threads=threads, progress=progress, desc="DDPM")
+
+
+def train_denoiser(unet: UNet2DModel, images: torch.Tensor, labels: torch.Tensor,
+                   loss_fn: Callable[[torch.Tensor, torch.Tensor, torch.Generator], torch.Tensor], steps: int,
+                   batch_size: int = 64, lr: float = 2e-3, seed: int = 0, warmup_steps: int | None = None,
+                   threads: int | None = 1, progress: bool = True, desc: str = "train") -> list[float]:
+    """The training loop shared by :func:`train_ddpm` and flow matching's ``train_flow``: ``loss_fn(x0, labels,
+    generator)`` on mini-batches drawn with replacement by a generator seeded with ``seed`` (which ``loss_fn``
+    also draws its noise from), AdamW with warmup + cosine learning rate and gradient-norm clipping at 1.
+    Returns the loss per step; ``unet`` is trained in place and left in eval mode."""
     _check_images(images, "images", unet)
     labels = check_labels(labels, unet, batch=images.shape[0], allow_null=False)
     if steps < 1 or batch_size < 1:
@@ -116,10 +132,10 @@ def train_ddpm(unet: UNet2DModel, scheduler: DDPMScheduler, images: torch.Tensor
     unet.train()
     losses = []
     with torch_threads(threads or torch.get_num_threads()):
-        bar = tqdm(range(steps), desc="DDPM", disable=not progress, leave=False)
+        bar = tqdm(range(steps), desc=desc, disable=not progress, leave=False)
         for _ in bar:
             idx = torch.randint(0, images.shape[0], (batch_size,), generator=g)
-            loss = ddpm_loss(unet, images[idx].to(dev), labels[idx], scheduler, generator=g, p_uncond=p_uncond)
+            loss = loss_fn(images[idx].to(dev), labels[idx], g)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)

@@ -61,13 +61,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from diffusers import FlowMatchEulerDiscreteScheduler, UNet2DModel
-from diffusers.optimization import get_cosine_schedule_with_warmup
-from tqdm.auto import tqdm
 
 from .._checks import check_value
-from ..utils import torch_threads
 from .data import NUM_CLASSES, load_digits_images
-from .ddpm import _check_images, base_config_hash, check_labels, default_cache_dir
+from .ddpm import _check_images, base_config_hash, check_labels, default_cache_dir, train_denoiser
 from .models import make_unet, null_class
 from .sampler import Chain, ModelFn, _check_reduction, gaussian_logprob, unet_output
 
@@ -148,32 +145,15 @@ def train_flow(unet: UNet2DModel, scheduler, images: torch.Tensor, labels: torch
                time_sampling: str = "uniform", threads: int | None = 1, progress: bool = True) -> list[float]:
     """Train ``unet`` in place to predict the velocity (AdamW, warmup + cosine lr); returns the loss per step.
 
-    The same loop as :func:`minigrpo.diffusion.ddpm.train_ddpm` with :func:`flow_matching_loss`.
+    The loop of :func:`minigrpo.diffusion.ddpm.train_denoiser` (the one DDPM trains with) on
+    :func:`flow_matching_loss`.
     """
-    _check_images(images, "images", unet)
-    labels = check_labels(labels, unet, batch=images.shape[0], allow_null=False)
-    if steps < 1 or batch_size < 1:
-        raise ValueError(f"steps and batch_size must be >= 1, got {steps} and {batch_size}")
-    dev = next(unet.parameters()).device
-    g = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    opt = torch.optim.AdamW(unet.parameters(), lr=lr, weight_decay=0.0, foreach=True)
-    lr_sched = get_cosine_schedule_with_warmup(opt, min(100, steps // 10), steps)
-    unet.train()
-    losses = []
-    with torch_threads(threads or torch.get_num_threads()):
-        for _ in tqdm(range(steps), desc="flow matching", disable=not progress, leave=False):
-            idx = torch.randint(0, images.shape[0], (batch_size,), generator=g)
-            loss = flow_matching_loss(unet, images[idx].to(dev), labels[idx], scheduler, generator=g,
-                                      p_uncond=p_uncond, time_sampling=time_sampling)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(unet.parameters(), 1.0)
-            opt.step()
-            lr_sched.step()
-            losses.append(loss.item())
-    unet.eval()
-    return losses
+    def loss_fn(x0, y, g):
+        return flow_matching_loss(unet, x0, y, scheduler, generator=g, p_uncond=p_uncond,
+                                  time_sampling=time_sampling)
+
+    return train_denoiser(unet, images, labels, loss_fn, steps, batch_size=batch_size, lr=lr, seed=seed,
+                          threads=threads, progress=progress, desc="flow matching")
 
 
 class FlowProcess:
