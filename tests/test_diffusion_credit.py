@@ -5,7 +5,7 @@ import copy
 
 import pytest
 import torch
-from diffusers import DDPMScheduler, UNet2DModel
+from diffusers import DDPMScheduler
 
 from minigrpo.diffusion.grpo import DiffusionGRPOConfig, grpo_step_loss, sample_rewards
 from minigrpo.diffusion.rewards import ink_reward
@@ -14,14 +14,9 @@ from minigrpo.experiments.diffusion_credit import (DiffusionReinforceTrainer, co
                                                    reward_bands, train_reinforce_seeds, undecided_variance,
                                                    variance_split)
 
+from tiny_diffusion import tiny_unet
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def tiny_unet(seed=0, size=8):
-    torch.manual_seed(seed)
-    return UNet2DModel(sample_size=size, in_channels=1, out_channels=1, num_class_embeds=10,
-                       block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
-                       down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"))
 
 
 def process(steps=4):

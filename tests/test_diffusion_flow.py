@@ -5,20 +5,20 @@ import math
 
 import pytest
 import torch
-from diffusers import DDPMScheduler, FlowMatchEulerDiscreteScheduler, UNet2DModel
+from diffusers import DDPMScheduler, FlowMatchEulerDiscreteScheduler
 
 from minigrpo.diffusion.flow import (FlowProcess, flow_interpolate, flow_matching_loss, make_flow_scheduler,
                                      pretrained_flow_base, train_flow)
 from minigrpo.diffusion.grpo import DiffusionGRPOConfig, DiffusionGRPOTrainer, grpo_step_loss, make_process
 
+from tiny_diffusion import tiny_unet
+
+
+def tiny_unet_11(seed=0, size=8):
+    return tiny_unet(seed, size, num_class_embeds=11)
+
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def tiny_unet(seed=0, size=8):
-    torch.manual_seed(seed)
-    return UNet2DModel(sample_size=size, in_channels=1, out_channels=1, num_class_embeds=11,
-                       block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
-                       down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"))
 
 
 # ------------------------------------------------------------------ marginals on Gaussian data
@@ -114,7 +114,7 @@ def reference_step(x, v, s, s_next, a, s_cap):
 
 @pytest.mark.parametrize("shift", [1.0, 3.0])
 def test_step_logprob_equals_a_float64_reference(shift):
-    model = tiny_unet().eval()
+    model = tiny_unet_11().eval()
     proc = FlowProcess(make_flow_scheduler(shift=shift), 6, 0.7)
     g = torch.Generator().manual_seed(0)
     labels = torch.tensor([1, 4, 9])
@@ -156,7 +156,7 @@ def test_step_logprob_gradient_matches_autograd_and_finite_differences():
 
 
 def test_recorded_logprobs_recompute_exactly():
-    model = tiny_unet().eval()
+    model = tiny_unet_11().eval()
     proc = FlowProcess(make_flow_scheduler(shift=3.0), 5, 0.7)
     labels = torch.tensor([0, 0, 3, 3, 7, 7])
     chain = proc.sample(model, labels, generator=torch.Generator().manual_seed(0), reduction="sum")
@@ -199,7 +199,7 @@ def test_interpolation_and_loss_follow_diffusers_conventions():
     torch.testing.assert_close(flow_interpolate(x0, noise, (t / 1000).expand(4)),
                                ref.scale_noise(x0, t.view(1), noise))
     # the loss draws t, then ε, from the generator: rebuild them and compute the regression by hand
-    model, labels = tiny_unet(), torch.tensor([0, 1, 2, 3])
+    model, labels = tiny_unet_11(), torch.tensor([0, 1, 2, 3])
     loss = flow_matching_loss(model, x0, labels, sched, generator=torch.Generator().manual_seed(5))
     g = torch.Generator().manual_seed(5)
     t, eps = torch.rand(4, generator=g), torch.randn(x0.shape, generator=g)
@@ -216,10 +216,10 @@ def test_bad_inputs_get_clear_errors():
     with pytest.raises(ValueError, match="deterministic"):
         FlowProcess(sched, 10, 0.0)
     ode = FlowProcess(sched, 4, 0.0, allow_deterministic=True)
-    model, x = tiny_unet(), torch.zeros(2, 1, 8, 8)
+    model, x = tiny_unet_11(), torch.zeros(2, 1, 8, 8)
     with pytest.raises(ValueError, match="no log-prob"):
         ode.step_logprob(model, x, x, ode.timesteps[0], torch.tensor([0, 1]))
-    flow_unet, labels = tiny_unet(), torch.tensor([0, 1])
+    flow_unet, labels = tiny_unet_11(), torch.tensor([0, 1])
     with pytest.raises(ValueError, match="eta"):  # the trainer refuses a deterministic sampler too
         DiffusionGRPOTrainer(flow_unet, sched, lambda im, y: im.mean((1, 2, 3)), DiffusionGRPOConfig(eta=0.0))
     for shift in (0.0, -1.0, float("nan"), float("inf")):
@@ -260,7 +260,7 @@ def test_bad_inputs_get_clear_errors():
 
 
 def test_two_grpo_steps_on_a_tiny_flow_model_are_finite():
-    model, sched = tiny_unet(), make_flow_scheduler(shift=3.0)
+    model, sched = tiny_unet_11(), make_flow_scheduler(shift=3.0)
     before = [p.detach().clone() for p in model.parameters()]
     cfg = DiffusionGRPOConfig(max_steps=2, prompts_per_step=2, num_generations=3, num_inference_steps=4, eta=0.7,
                               num_minibatches=2, timestep_fraction=0.5, beta=0.01)
@@ -279,7 +279,7 @@ def test_two_grpo_steps_on_a_tiny_flow_model_are_finite():
 
 
 def test_train_flow_and_cached_base(tmp_path):
-    losses = train_flow(tiny_unet(), make_flow_scheduler(), torch.rand(16, 1, 8, 8) * 2 - 1,
+    losses = train_flow(tiny_unet_11(), make_flow_scheduler(), torch.rand(16, 1, 8, 8) * 2 - 1,
                         torch.arange(16) % 10, steps=3, batch_size=4, progress=False)
     assert len(losses) == 3 and all(math.isfinite(v) for v in losses)
     unet, sched = pretrained_flow_base(tmp_path, steps=2, block_out_channels=[8, 16], norm_num_groups=4,

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler, UNet2DModel
+from diffusers import DDIMScheduler, DDPMScheduler
 
 from minigrpo.diffusion.grpo import (DiffusionGRPOConfig, DiffusionGRPOTrainer, best_of_n, check_rewards,
                                      grpo_step_loss, sample_rewards, select_steps)
@@ -15,12 +15,7 @@ from minigrpo.diffusion.sampler import (ReverseProcess, ddim_scheduler, gaussian
                                         step_logprob)
 
 
-def tiny_unet(seed=0, size=8):
-    torch.manual_seed(seed)
-    return UNet2DModel(sample_size=size, in_channels=1, out_channels=1, num_class_embeds=10,
-                       block_out_channels=(8, 16), layers_per_block=1, norm_num_groups=4,
-                       down_block_types=("DownBlock2D", "DownBlock2D"), up_block_types=("UpBlock2D", "UpBlock2D"))
-
+from tiny_diffusion import tiny_unet
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # one torch thread, restored afterwards (conftest.py)
 

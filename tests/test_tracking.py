@@ -137,15 +137,14 @@ def test_tracker_sends_numbers_to_every_target(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- diffusion GRPO
 def diffusion_trainer(**kw):
-    from diffusers import DDPMScheduler, UNet2DModel
+    from diffusers import DDPMScheduler
 
     from minigrpo.diffusion.grpo import DiffusionGRPOConfig, DiffusionGRPOTrainer
     from minigrpo.diffusion.rewards import ink_reward
 
-    torch.manual_seed(0)
-    unet = UNet2DModel(sample_size=8, in_channels=1, out_channels=1, num_class_embeds=10, block_out_channels=(8, 16),
-                       layers_per_block=1, norm_num_groups=4, down_block_types=("DownBlock2D", "DownBlock2D"),
-                       up_block_types=("UpBlock2D", "UpBlock2D"))
+    from tiny_diffusion import tiny_unet
+
+    unet = tiny_unet(seed=0)
     cfg = DiffusionGRPOConfig(**{"max_steps": 4, "prompts_per_step": 2, "num_generations": 2, "num_inference_steps": 3,
                                  "learning_rate": 1e-3, "beta": 0.1, "timestep_fraction": 0.67, "num_iterations": 2,
                                  "num_minibatches": 2, **kw})
