@@ -104,6 +104,17 @@ class StepRecord:
     loss_mask: torch.Tensor | None = None  #: [B, T − 1] the tokens that counted
     grad: torch.Tensor | None = None  #: the flat gradient of the first inner step's loss
 
+    def add(self, inner_step: int, first_col: int, model, loss, logp, kl, ratio, old_logp, advantages) -> None:
+        """Record inner step ``inner_step`` after its backward pass, keeping the columns from ``first_col`` on (the
+        completion's); the first inner step also keeps its log-probs, KL and flat gradient."""
+        if inner_step == 0:
+            self.logp, self.kl = logp.detach()[:, first_col:], kl.detach()[:, first_col:]
+            self.grad = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]).clone()
+        self.loss.append(loss.item())
+        self.ratio.append(ratio.detach()[:, first_col:])
+        self.old_logp.append(old_logp[:, first_col:])
+        self.advantages.append(advantages)
+
 
 def buggy_grpo_step(model, ref_model, batch: RolloutBatch, optimizer, cfg: StepConfig | None = None,
                     bugs: Iterable[str] = ()) -> StepRecord:
@@ -166,13 +177,7 @@ def buggy_grpo_step(model, ref_model, batch: RolloutBatch, optimizer, cfg: StepC
             kl = kl_estimate(logp, ref, "k3") if ref is not None else torch.zeros_like(logp)
         optimizer.zero_grad()
         loss.backward()
-        if it == 0:
-            rec.logp, rec.kl = logp.detach()[:, P - 1:], kl.detach()[:, P - 1:]
-            rec.grad = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]).clone()
-        rec.loss.append(loss.item())
-        rec.ratio.append(ratio.detach()[:, P - 1:])
-        rec.old_logp.append(old[:, P - 1:])
-        rec.advantages.append(a)
+        rec.add(it, P - 1, model, loss, logp, kl, ratio, old, a)
         optimizer.step()
         if "old_logp_after_step" in bugs:
             with torch.no_grad():

@@ -116,13 +116,7 @@ def step_variant(model, ref_model, batch, optimizer, cfg, *, loss_type="token", 
         if zero_grad or it == 0:
             optimizer.zero_grad()
         loss.backward()
-        if it == 0:
-            rec.logp, rec.kl = logp.detach()[:, P - 1:], kl.detach()[:, P - 1:]
-            rec.grad = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]).clone()
-        rec.loss.append(loss.item())
-        rec.ratio.append(ratio.detach()[:, P - 1:])
-        rec.old_logp.append(old[:, P - 1:])
-        rec.advantages.append(adv)
+        rec.add(it, P - 1, model, loss, logp, kl, ratio, old, adv)
         optimizer.step()
     return rec
 
