@@ -2,7 +2,7 @@
 
 Each configuration trains the same tiny llama (the tests' character tokenizer) on a global batch of ``--prompts``
 prompts × G = 8 completions of up to ``--tokens`` tokens: one process samples and learns from all of it; two gloo
-processes (``minigrpo.distributed``, started here with ``torch.multiprocessing`` as ``accelerate launch`` /
+processes (``minigrpo.infra.distributed``, started here with ``torch.multiprocessing`` as ``accelerate launch`` /
 ``torchrun`` would) take half each, sum their gradients and step together. The first ``--warmup`` steps are not
 timed. On a 2-core machine two processes of 1 thread compete with one process of 2 threads for the same cores:
 the figure is the cost of the collectives and of the smaller per-process batches, not a speed-up target.

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from minigrpo._checks import as_float_tensor, check_finite, check_gamma, check_same_shape
+from minigrpo.infra.checks import as_float_tensor, check_finite, check_gamma, check_same_shape
 
 
 def _discounted_cumsum_reversed(values: list[float], gamma: float, resets: list[bool]) -> list[float]:

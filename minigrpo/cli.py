@@ -326,7 +326,7 @@ def _summary(result, out: Path, num_generations: int) -> str:
     lines += [f"  {k:<40}{result.sft_eval.get(k, float('nan')):>14.3f}{result.grpo_eval[k]:>14.3f}" for k in keys]
     s = result.seconds
     lines.append(f"time: SFT {s['sft']:.0f} s, GRPO {s['grpo']:.0f} s, evaluation {s['eval']:.0f} s")
-    from minigrpo.tracking import latest_checkpoint
+    from minigrpo.infra.tracking import latest_checkpoint
 
     checkpoint = latest_checkpoint(out)
     if checkpoint is not None:
@@ -341,7 +341,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path("runs") / f"{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
     from dataclasses import replace
 
-    from minigrpo.distributed import is_main_process
+    from minigrpo.infra.distributed import is_main_process
     from minigrpo.llm.recipes import resolve_recipe, run_recipe, save_run
 
     try:
@@ -403,7 +403,7 @@ def cmd_train_diffusion(args: argparse.Namespace) -> int:
     out = Path(args.output) if args.output else Path("runs") / f"{args.recipe}-{time.strftime('%Y%m%d-%H%M%S')}"
     from dataclasses import replace
 
-    from minigrpo.distributed import is_main_process
+    from minigrpo.infra.distributed import is_main_process
 
     try:
         if args.recipe not in DIFFUSION_RECIPES:
@@ -426,7 +426,7 @@ def cmd_train_diffusion(args: argparse.Namespace) -> int:
     run = run_digits(cfg, seed=args.seed, smoke=args.smoke, progress=main, device=device)
     if main:
         save_diffusion_run(out, run, seed=args.seed, smoke=args.smoke, device=str(device))
-        from minigrpo.tracking import latest_checkpoint
+        from minigrpo.infra.tracking import latest_checkpoint
 
         s = run.seconds
         print(f"reward of {run.num_eval} fresh samples (the classifier's p(prompt) at temperature 4)\n"
@@ -439,7 +439,7 @@ def cmd_train_diffusion(args: argparse.Namespace) -> int:
 def _train_device(name: str | None):
     """``--device``, or under a launcher (several processes) this process's device as ``accelerate`` assigns it
     (``cuda:<local rank>``, or the CPU with ``--cpu``), or the best one here."""
-    from minigrpo.distributed import init_process_group, launched
+    from minigrpo.infra.distributed import init_process_group, launched
     from minigrpo.utils import get_device
 
     if name is None and launched():

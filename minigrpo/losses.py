@@ -18,7 +18,7 @@ from typing import Literal
 
 import torch
 
-from minigrpo._checks import check_finite, check_same_shape
+from minigrpo.infra.checks import check_finite, check_same_shape
 
 
 def reinforce_loss(logp: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

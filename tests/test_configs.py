@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from minigrpo._checks import check_config_types, check_value
+from minigrpo.infra.checks import check_config_types, check_value
 from minigrpo.control.a2c import A2CConfig
 from minigrpo.control.onpolicy import OnPolicyConfig
 from minigrpo.control.ppo import PRESETS, PPOConfig

@@ -1,4 +1,4 @@
-"""Data-parallel GRPO (minigrpo/distributed.py): two CPU processes (gloo) that each hold half of a global batch take
+"""Data-parallel GRPO (minigrpo/infra/distributed.py): two CPU processes (gloo) that each hold half of a global batch take
 the same optimizer step as one process on the whole batch; and the one-process path stays collective-free."""
 
 import dataclasses
@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from minigrpo.distributed import SEED_STRIDE, Distributed
+from minigrpo.infra.distributed import SEED_STRIDE, Distributed
 from minigrpo.llm.data import DatasetTask
 from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.models import make_tiny_model

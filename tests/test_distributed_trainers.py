@@ -1,4 +1,4 @@
-"""Data parallelism beyond LLM GRPO (minigrpo/distributed.py): SFT, diffusion GRPO and PPO. For each, two CPU processes
+"""Data parallelism beyond LLM GRPO (minigrpo/infra/distributed.py): SFT, diffusion GRPO and PPO. For each, two CPU processes
 (gloo) that each hold half of a global batch take the same optimizer step as one process on the whole batch.
 
 Each test starts two processes (forked on Linux: 1-9 s per test on 2 busy cores; spawned elsewhere, ~10 s more for
@@ -217,7 +217,7 @@ def _ppo_batch():
 
 def _ppo_rank(rank, batch):
     from minigrpo.control.ppo import ppo_epochs
-    from minigrpo.distributed import Distributed
+    from minigrpo.infra.distributed import Distributed
 
     out = []
     for case in PPO_CASES:

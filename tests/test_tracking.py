@@ -15,7 +15,7 @@ from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.tasks import AdditionTask
 from minigrpo.llm.tokenizer import build_char_tokenizer
-from minigrpo.tracking import Tracker, latest_checkpoint, load_state
+from minigrpo.infra.tracking import Tracker, latest_checkpoint, load_state
 
 TIMINGS = ("step_time", "sample_time", "seconds", "sps")  # wall-clock: the only entries allowed to differ
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minigrpo._checks import non_negative, positive
+from minigrpo.infra.checks import non_negative, positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, normalize, run_on_policy
 from minigrpo.losses import reinforce_loss, value_loss

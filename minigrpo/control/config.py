@@ -13,8 +13,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from minigrpo._checks import at_least, check_config_types, in_unit_interval
-from minigrpo.tracking import check_report_to
+from minigrpo.infra.checks import at_least, check_config_types, in_unit_interval
+from minigrpo.infra.tracking import check_report_to
 
 #: Field names the control configs used before they took CleanRL's names, and their replacements.
 RENAMED = {
@@ -48,7 +48,7 @@ class ControlConfig:
     eval_every_steps: int = 5_000  #: evaluate the greedy policy each time this many more env steps are done (0: never)
     eval_episodes: int = 10  #: episodes per evaluation
     target_return: float | None = None  #: stop once an evaluation's mean reaches this (None: never)
-    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.tracking);
+    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.infra.tracking);
     #: the step axis is env_steps, as in CleanRL
     report_to: str | list[str] = "none"
     logging_dir: str | Path | None = None  #: where the trackers write (None: runs/<trainer>-<env_id>-<timestamp>)

@@ -6,7 +6,7 @@ same for REINFORCE (whole episodes, reward-to-go) and for the actor-critic metho
 GAE: :class:`GAELearner`): seeding, the agent, history, trackers, evaluation, stopping at ``target_return``,
 checkpoints. :func:`run_on_policy` is the loop with a GAE learner around an algorithm's ``update``.
 
-Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.distributed``), for a learner
+Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.infra.distributed``), for a learner
 that says it can (``data_parallel``: PPO's): each rank steps its own ``num_envs`` env copies seeded apart, every rank
 starts from rank 0's agent, the update averages the gradients (see ``control.ppo``), the metrics are averaged over the
 ranks; ``total_timesteps`` counts the env steps of every rank (as CleanRL's multi-GPU PPO), so an iteration takes
@@ -28,14 +28,14 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from minigrpo._checks import at_least, in_unit_interval, positive
+from minigrpo.infra.checks import at_least, in_unit_interval, positive
 from minigrpo.advantages import gae
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.config import ControlConfig
 from minigrpo.control.rollouts import Rollout, RolloutCollector, evaluate, make_vec_env
-from minigrpo.distributed import Distributed
+from minigrpo.infra.distributed import Distributed
 from minigrpo.losses import value_loss
-from minigrpo.tracking import (Tracker, checkpoint_folder, load_state, resolve_checkpoint, rng_state, save_state,
+from minigrpo.infra.tracking import (Tracker, checkpoint_folder, load_state, resolve_checkpoint, rng_state, save_state,
                                set_rng_state, should_log, should_save)
 from minigrpo.utils import seed_everything, torch_threads
 

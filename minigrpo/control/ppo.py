@@ -35,10 +35,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minigrpo._checks import at_least, non_negative, positive
+from minigrpo.infra.checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, iterations, normalize, run_on_policy
-from minigrpo.distributed import Distributed
+from minigrpo.infra.distributed import Distributed
 from minigrpo.losses import clipped_surrogate_loss, value_loss
 
 
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     ``accelerate launch --num_processes N -m minigrpo.control ...`` runs it data-parallel (N × num_envs envs)."""
     import argparse
 
-    from minigrpo.distributed import is_main_process
+    from minigrpo.infra.distributed import is_main_process
     from minigrpo.llm.recipes import parse_value
 
     parser = argparse.ArgumentParser(prog="python -m minigrpo.control", description=main.__doc__.splitlines()[0])

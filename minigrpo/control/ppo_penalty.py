@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minigrpo._checks import positive
+from minigrpo.infra.checks import positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import Rollout, TrainResult, normalize, run_on_policy
 from minigrpo.control.ppo import PPOConfig, _flat, _schedule

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 import torch
 
-from minigrpo._checks import at_least, one_of, positive
+from minigrpo.infra.checks import at_least, one_of, positive
 from minigrpo.advantages import reward_to_go
 from minigrpo.control.agents import ActorCritic, MLPPolicy
 from minigrpo.control.config import ControlConfig

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch.distributions import kl_divergence
 
-from minigrpo._checks import at_least, non_negative, positive
+from minigrpo.infra.checks import at_least, non_negative, positive
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.onpolicy import OnPolicyConfig, Rollout, TrainResult, fit_value, normalize, run_on_policy
 from minigrpo.trust_region import (backtracking_line_search, conjugate_gradient, fisher_vector_product, flat_grad,

@@ -25,7 +25,7 @@ from diffusers import DDPMScheduler, SchedulerMixin, UNet2DModel
 from diffusers.optimization import get_cosine_schedule_with_warmup
 from tqdm.auto import tqdm
 
-from .._checks import check_value
+from ..infra.checks import check_value
 from ..utils import torch_threads
 from .data import NUM_CLASSES, load_digits_images
 from .models import load_base_model, make_scheduler, make_unet, null_class, save_base_model

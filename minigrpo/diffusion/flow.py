@@ -62,7 +62,7 @@ import torch
 import torch.nn.functional as F
 from diffusers import FlowMatchEulerDiscreteScheduler, UNet2DModel
 
-from .._checks import check_value
+from ..infra.checks import check_value
 from .data import NUM_CLASSES, load_digits_images
 from .ddpm import _check_images, base_config_hash, check_labels, default_cache_dir, train_denoiser
 from .models import make_unet, null_class

@@ -30,7 +30,7 @@ Metrics carry TRL's names where TRL logs the quantity, as the LLM trainer's: ``r
 With μ = 1 and one minibatch the ratio is exactly 1 and the gradient is REINFORCE over the chain with
 the group mean as baseline; the clip only acts once the weights have moved within a batch.
 
-Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.distributed``): each rank samples
+Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.infra.distributed``): each rank samples
 ``prompts_per_step`` whole groups with its own seed (a global batch of N × ``prompts_per_step`` prompts); the rewards
 are gathered (``scale_rewards="batch"`` and the reward metrics see the global batch), each minibatch's loss is
 normalised by the (chain, step) elements of every rank and the gradients are summed, so an optimizer step is the
@@ -56,15 +56,15 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from minigrpo._checks import (at_least, check_config_types, check_finite, config_error, non_negative, one_of,
+from minigrpo.infra.checks import (at_least, check_config_types, check_finite, config_error, non_negative, one_of,
                               positive)
 from minigrpo.advantages import SCALES, group_advantages
-from minigrpo.distributed import Distributed
+from minigrpo.infra.distributed import Distributed
 from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProcess, ddim_scheduler,
                                         gaussian_kl_same_std, unet_output)
 from minigrpo.grpo_common import frozen_reference, mean_of, reward_metrics
 from minigrpo.losses import grpo_loss
-from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
+from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
                                save_state, save_weights, should_log, should_save, trainer_state)
 
 RewardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -97,7 +97,7 @@ class DiffusionGRPOConfig:
     max_grad_norm: float = 1.0  #: global gradient-norm clip
     weight_decay: float = 0.0  #: AdamW weight decay
     seed: int = 0  #: seeds prompts, noise and step subsampling
-    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.tracking)
+    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.infra.tracking)
     report_to: str | list[str] = "none"
     logging_dir: str | Path | None = None  #: where the trackers write (None: runs/diffusion-grpo-<timestamp>)
     logging_steps: int = 1  #: send the metrics to the trackers every this many steps (and at the last)

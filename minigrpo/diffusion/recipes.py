@@ -61,7 +61,7 @@ def digits_base(seed: int, smoke: bool, progress: bool):
     trains what is not cached yet while the others wait, then they load it."""
     from minigrpo.diffusion.ddpm import pretrained_base
     from minigrpo.diffusion.rewards import ClassifierReward, digits_classifier
-    from minigrpo.distributed import Distributed
+    from minigrpo.infra.distributed import Distributed
 
     def build():
         base_overrides = {"steps": SMOKE_BASE_STEPS} if smoke else {}
@@ -78,7 +78,7 @@ def digits_base(seed: int, smoke: bool, progress: bool):
 def run_digits(config: DiffusionGRPOConfig, seed: int = 0, smoke: bool = False, progress: bool = True,
                device: str | torch.device = "cpu") -> DiffusionRunResult:
     """Base model, reward of fresh samples, GRPO (``config``, seeded with ``seed``), reward of fresh samples again."""
-    from minigrpo.distributed import is_main_process
+    from minigrpo.infra.distributed import is_main_process
 
     t = time.perf_counter()
     unet, scheduler, reward = digits_base(seed, smoke, progress)

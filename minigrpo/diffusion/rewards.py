@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minigrpo._checks import check_finite
+from minigrpo.infra.checks import check_finite
 
 
 def _check_batch(images: torch.Tensor, labels: torch.Tensor | None = None) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from minigrpo._checks import at_least, check_config_types, config_error, non_negative, one_of, positive
+from minigrpo.infra.checks import at_least, check_config_types, config_error, non_negative, one_of, positive
 from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.diffusion.grpo import STEP_STATS, check_rewards, grpo_step_loss, select_steps
 from minigrpo.diffusion.sampler import REDUCTIONS, Chain, ReverseProcess, ddim_scheduler

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from minigrpo._checks import at_least, check_config_types, in_unit_interval, positive
+from minigrpo.infra.checks import at_least, check_config_types, in_unit_interval, positive
 from minigrpo.llm.gsm8k import (SYSTEM_PROMPT, TEMPLATES, correctness_reward, extract_answer, format_reward,
                                 normalize_number, sft_target, word_problem)
 from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer

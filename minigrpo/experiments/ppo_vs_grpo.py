@@ -23,7 +23,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from minigrpo._checks import at_least, check_config_types, in_unit_interval, one_of, positive
+from minigrpo.infra.checks import at_least, check_config_types, in_unit_interval, one_of, positive
 from minigrpo.advantages import gae, group_advantages
 from minigrpo.losses import clipped_surrogate_loss
 

@@ -21,7 +21,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from minigrpo._checks import check_finite
+from minigrpo.infra.checks import check_finite
 from minigrpo.llm.sampling import completion_mask, sequence_logprobs
 
 _NAMES = ("policy_chosen_logps", "policy_rejected_logps", "ref_chosen_logps", "ref_rejected_logps")

@@ -32,7 +32,7 @@ clipped surrogate only, not the KL term (as TRL's ``token_truncate`` mode does).
 ``"grpo"``, ``"dapo"`` and ``"dr_grpo"`` stay exact under gradient accumulation: their normalisers are
 counted over the whole batch before any micro-batch is processed.
 
-Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.distributed``): each rank samples
+Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.infra.distributed``): each rank samples
 ``prompts_per_step`` whole groups with its own seed; the rewards are gathered (advantages and reward metrics over the
 global batch), the loss normalisers counted over every rank, the gradients summed: the step is the one-process step
 of the global batch (N × ``prompts_per_step`` prompts; ``"bnpo"`` needs ``gradient_accumulation_steps = 1`` there).
@@ -80,8 +80,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import TrainerState
 
-from minigrpo.distributed import Distributed
-from minigrpo._checks import at_least, check_config_types, config_error, non_negative, one_of, positive
+from minigrpo.infra.distributed import Distributed
+from minigrpo.infra.checks import at_least, check_config_types, config_error, non_negative, one_of, positive
 from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.llm.models import prepare_policy
 from minigrpo.llm.sampling import Generation, check_context_length, generate, score_completions
@@ -89,7 +89,7 @@ from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
 from minigrpo.grpo_common import frozen_reference, reference_policy, reward_metrics
 from minigrpo.losses import LOSS_TYPES, grpo_loss, truncated_importance_weights
-from minigrpo.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
+from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
                                save_state, save_weights, should_log, should_save, trainer_state)
 from minigrpo.utils import autocast_bf16, model_device
 
@@ -129,7 +129,7 @@ class GRPOConfig:
     seed: int = 0  #: seeds the prompt stream and sampling
     eval_every: int = 25  #: evaluate on the held-out set every this many steps (0: never)
     eval_generations: int = 8  #: samples per held-out prompt for pass@1 / pass@G
-    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.tracking)
+    #: trackers to log to: "none", "tensorboard", "trackio", "wandb", or a list of them (see minigrpo.infra.tracking)
     report_to: str | list[str] = "none"
     logging_dir: str | Path | None = None  #: where the trackers write (None: runs/grpo-<timestamp>)
     logging_steps: int = 1  #: send the metrics to the trackers every this many steps (and at the last)
@@ -451,7 +451,7 @@ class GRPOTrainer:
 
 
 def _distributed(cfg: GRPOConfig, model: torch.nn.Module) -> Distributed:
-    """The trainer's view of the other processes (``minigrpo.distributed``); every rank starts from rank 0's weights."""
+    """The trainer's view of the other processes (``minigrpo.infra.distributed``); every rank starts from rank 0's weights."""
     d = Distributed()
     if d.active and cfg.loss_type == "bnpo" and cfg.gradient_accumulation_steps > 1:
         raise ValueError("GRPOConfig.loss_type='bnpo' normalises each micro-batch by its own tokens, which across "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minigrpo._checks import check_config_types, in_unit_interval, positive
+from minigrpo.infra.checks import check_config_types, in_unit_interval, positive
 
 
 def is_peft_model(model: torch.nn.Module) -> bool:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from minigrpo._checks import _expected, check_config_types, one_of
+from minigrpo.infra.checks import _expected, check_config_types, one_of
 from minigrpo.llm.grpo import GRPOConfig, GRPOResult, train_grpo
 from minigrpo.llm.gsm8k import ALPHABET as GSM8K_ALPHABET
 from minigrpo.llm.gsm8k import gsm8k_task

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from minigrpo.distributed import Distributed
-from minigrpo._checks import at_least, check_config_types, in_unit_interval, non_negative, positive
+from minigrpo.infra.distributed import Distributed
+from minigrpo.infra.checks import at_least, check_config_types, in_unit_interval, non_negative, positive
 from minigrpo.llm.models import enable_gradient_checkpointing
 from minigrpo.llm.sampling import check_context_length, end_of_turn_ids, generate, prompt_token_ids
 from minigrpo.llm.tasks import Problem, Task
@@ -77,7 +77,7 @@ def sft_batch(tokenizer, problems: list[Problem], device="cpu", use_chat_templat
 class SFTTrainer:
     """Teacher-forced fine-tuning, one optimizer step per :meth:`step` (TRL's name for the same job).
 
-    Several processes (``accelerate launch``, ``torchrun``; ``minigrpo.distributed``): each draws its own
+    Several processes (``accelerate launch``, ``torchrun``; ``minigrpo.infra.distributed``): each draws its own
     ``batch_size`` problems (its own seed: the global batch is N × ``batch_size``), the loss is normalised by the
     answer tokens of *every* process and the gradients are summed, so the step is the one-process step of the global
     batch. Every rank starts from rank 0's weights; in one process nothing changes.

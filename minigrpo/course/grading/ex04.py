@@ -16,7 +16,7 @@ from minigrpo.course.grading.core import (IN_PLACE_HINT, Call, Case, Item, Made,
                                           grads, with_ratios)
 from minigrpo.losses import clipped_surrogate_loss as _package_loss
 from minigrpo.losses import value_loss
-from minigrpo.tracking import rng_state, set_rng_state
+from minigrpo.infra.tracking import rng_state, set_rng_state
 from minigrpo.utils import torch_threads
 
 TITLE = "PPO"

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from minigrpo.distributed import is_main_process
+from minigrpo.infra.distributed import is_main_process
 
 #: The values ``report_to`` accepts (alone, or several in a list).
 REPORT_TO = ("none", "tensorboard", "trackio", "wandb")
