@@ -1,5 +1,5 @@
 """The figures behind exercise 04's training item (04.5): how soon the reference update and typical broken
-ones solve CartPole-v1 with the grader's settings (``minigrpo.course.grading.ex04.TRAIN_CONFIG``).
+ones solve CartPole-v1 with the grader's settings (``minigrpo_course.grading.ex04.TRAIN_CONFIG``).
 
 For each update, seed and ``torch.set_num_threads(n)``: the env steps at which a greedy evaluation (10 episodes,
 every 2,048 steps) first reached 475 ("-" if never within TRAIN_CONFIG's budget of 30,720 steps), the last
@@ -11,7 +11,7 @@ nothing (the ``fingerprint`` column, a hash of the run's history without timings
     python benchmarks/ex04_training_item.py --tests reference --seeds 0 1 2 --threads 1
     python benchmarks/ex04_training_item.py --tests notebook --source solutions
 
-The figures are in the comments of ``TRAIN_CONFIG`` in ``minigrpo/course/grading/ex04.py``.
+The figures are in the comments of ``TRAIN_CONFIG`` in ``minigrpo_course/grading/ex04.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 
 from minigrpo.control import PPOConfig
 from minigrpo.control.onpolicy import run_on_policy
-from minigrpo.course.grading import ex04
+from minigrpo_course.grading import ex04
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ BROKEN = {"sign": partial(ex04._update, sign=-1.0), "no clipping": partial(ex04.
 
 
 def _notebook_update(source: str):
-    from minigrpo.course.grading.notebooks import find_notebook, load_functions
+    from minigrpo_course.grading.notebooks import find_notebook, load_functions
 
     path = find_notebook("04", ROOT / source) if source in ("solutions", "exercises") else Path(source)
     return load_functions(path).get("ppo_update")

@@ -26,7 +26,7 @@ import torch
 
 from minigrpo.diffusion.grpo import DIGITS_REWARD, DiffusionGRPOTrainer
 from minigrpo.diffusion.rewards import ClassifierReward, digits_classifier
-from minigrpo.experiments.flow_digits import KINDS, base_model, grpo_config
+from minigrpo_course.experiments.flow_digits import KINDS, base_model, grpo_config
 
 
 def main() -> None:

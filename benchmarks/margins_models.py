@@ -140,7 +140,7 @@ def ddpm_noising(seed: int) -> dict[str, float]:
 
 def debugging_ratios(seed: int) -> dict[str, float]:
     import test_debugging as t
-    from minigrpo.debugging.detections import debugging_setup
+    from minigrpo_course.debugging.detections import debugging_setup
     dev = t.ratio_deviations(*debugging_setup(seed=seed), seed=seed)
     moved = {c: v for c, v in dev.items() if c != "baseline" and c not in t.BELOW_THRESHOLD_ON_CPU}
     weakest = min(moved, key=moved.get)
@@ -154,8 +154,8 @@ def debugging_ratios(seed: int) -> dict[str, float]:
 def debugging_detections(seed: int) -> dict[str, float]:
     """Each detection's value / threshold without bugs (must stay < 1, or == 0 for the strict ones), and for
     each planted bug the largest value / threshold among the detections (must be >= 1: caught)."""
-    from minigrpo.debugging.buggy_step import BUGS
-    from minigrpo.debugging.detections import debugging_setup, run_detections
+    from minigrpo_course.debugging.buggy_step import BUGS
+    from minigrpo_course.debugging.detections import debugging_setup, run_detections
     setup = debugging_setup(seed=seed)
 
     def ratio(d):
@@ -248,7 +248,7 @@ SPECS: dict[str, Spec] = {
         Quantity("weakest_cause", "effect", _attr("test_debugging", "MIN_CAUSE_DEVIATION"),
                  "smallest max |log ρ| of the other causes")]),
     "debugging_detections": Spec("tests/test_debugging.py::test_every_detection_passes_without_bugs, "
-                                 "test_each_bug_alone_is_caught (thresholds in minigrpo/debugging/detections.py)",
+                                 "test_each_bug_alone_is_caught (thresholds in minigrpo_course/debugging/detections.py)",
                                  debugging_detections, [
         Quantity("clean_worst", "deviation", _const(1.0), "largest value / threshold without bugs"),
         Quantity("bug_weakest", "effect", _const(1.0), "weakest bug's best value / threshold")]),

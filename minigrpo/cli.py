@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from minigrpo import __version__
-from minigrpo.course.progress import repo_root
+from minigrpo_course.progress import repo_root
 from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke
 
 # Nothing here may import torch, numpy or transformers at module level (or in build_parser):
@@ -161,7 +161,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     nb = nbformat.read(source, as_version=4)
     # what the outputs are made with (taken before the run), so that a test can tell when the code has moved on
-    from minigrpo.course import provenance
+    from minigrpo_course import provenance
 
     made_with = provenance.package_fingerprints()
     nb.cells.append(nbformat.v4.new_code_cell(provenance.PROBE))
@@ -246,7 +246,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- grade, list
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from minigrpo.course.grading import grade
+    from minigrpo_course.grading import grade
 
     # grade.main answers an unknown exercise or a missing notebook with exit status 2 and one line;
     # this is a safety net, so that no traceback reaches the learner for those.
@@ -262,7 +262,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    from minigrpo.course.progress import grades, grades_path
+    from minigrpo_course.progress import grades, grades_path
 
     root = repo_root()
     lessons, exercises = _notebooks(root / "notebooks"), _notebooks(root / "exercises")
@@ -284,7 +284,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_make_exercises(args: argparse.Namespace) -> int:
-    from minigrpo.course.grading.notebooks import sync_exercises
+    from minigrpo_course.grading.notebooks import sync_exercises
 
     changed, kept = sync_exercises(check=args.check, force=args.force)
     if args.check:
@@ -298,7 +298,7 @@ def cmd_make_exercises(args: argparse.Namespace) -> int:
 
 
 def cmd_interview(args: argparse.Namespace) -> int:
-    from minigrpo.course.interview.practice import run as run_interview
+    from minigrpo_course.interview.practice import run as run_interview
 
     return run_interview(args)
 
@@ -549,7 +549,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("overrides", nargs="*", metavar="FIELD=VALUE", help="config overrides (see below)")
     train.set_defaults(func=cmd_train)
 
-    from minigrpo.course.interview.practice import add_arguments as interview_arguments  # standard library only
+    from minigrpo_course.interview.practice import add_arguments as interview_arguments  # standard library only
 
     interview = sub.add_parser("interview", help="practise interview questions: spaced review, mock rounds, drills")
     interview_arguments(interview)

@@ -1,4 +1,4 @@
-"""Lesson 02's experiment plumbing (minigrpo.experiments.actor_critic): the batched CartPole physics against
+"""Lesson 02's experiment plumbing (minigrpo_course.experiments.actor_critic): the batched CartPole physics against
 gymnasium, the on-the-fly GAE estimates of the continuations against their closed forms, the bias/variance
 bookkeeping against a hand computation, and the sweep and table helpers."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from minigrpo.experiments.actor_critic import (bias_variance, cartpole_step, check_batched_physics, continuations,
+from minigrpo_course.experiments.actor_critic import (bias_variance, cartpole_step, check_batched_physics, continuations,
                                                lambda_sweep, mean_se, plot_bias_variance, plot_lambda_curves,
                                                policy_episodes, print_bias_variance, print_lambda_table, smooth)
 

@@ -314,7 +314,7 @@ def test_measure_attention_scaling_backward_rows():
 
 def test_memory_options_hand_computed():
     """Lesson 10's table: a 32-layer model with 32 heads of 128, 32k tokens, batch 8."""
-    from minigrpo.experiments.attention import memory_options
+    from minigrpo_course.experiments.attention import memory_options
 
     GiB, tokens = 2**30, 32768 * 8
     got = {name: nbytes for name, nbytes, _ in memory_options(32768, 8)}
@@ -338,7 +338,7 @@ def test_state_recall_gates_and_delta_rule_keep_the_recent_pairs():
     """256 pairs in a 64 x 64 state, seeds 0-4 (measured): the KV cache recalls all (1.000); of the last 16 pairs
     the additive rule reads back 0.42-0.48, the delta rule 0.88-0.92, the gated rules 0.86-0.91; over all pairs
     the additive rule keeps the most (0.44-0.45, against 0.10-0.25 for the others)."""
-    from minigrpo.experiments.attention import state_recall
+    from minigrpo_course.experiments.attention import state_recall
 
     for seed in range(3):
         r = state_recall(256, d=64, seed=seed, last=16)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from minigrpo.experiments.bandit_baselines import (Bandit, GradientLab, autograd_score, samples_to, score_matrix,
+from minigrpo_course.experiments.bandit_baselines import (Bandit, GradientLab, autograd_score, samples_to, score_matrix,
                                                    train_bandit)
 
 

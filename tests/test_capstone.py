@@ -1,4 +1,4 @@
-"""Lesson 12's plumbing (minigrpo.experiments.capstone): problems, slipped demonstrations, pretraining, and the
+"""Lesson 12's plumbing (minigrpo_course.experiments.capstone): problems, slipped demonstrations, pretraining, and the
 pieces of the workflow connected end to end on a tiny Qwen2-shaped model (pretrain → SFT → GRPO over seeds →
 save → reload, with full weights and with LoRA adapters)."""
 
@@ -8,7 +8,7 @@ import re
 import pytest
 import torch
 
-from minigrpo.experiments import capstone as lab
+from minigrpo_course.experiments import capstone as lab
 from minigrpo.llm.data import DatasetTask
 from minigrpo.llm.grpo import GRPOConfig
 from minigrpo.llm.gsm8k import TEMPLATES, correctness_reward, format_reward, prepare_gsm8k

@@ -14,8 +14,8 @@ import pytest
 
 import minigrpo
 from minigrpo.cli import build_parser, main
-from minigrpo.course import provenance
-from minigrpo.course.progress import HOME_ENV_VAR, record_grade
+from minigrpo_course import provenance
+from minigrpo_course.progress import HOME_ENV_VAR, record_grade
 from minigrpo.smoke import SMOKE_ENV_VAR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,7 +264,7 @@ def _mini_course(root: Path) -> tuple[Path, Path]:
 
 
 def test_make_exercises_keeps_a_learners_answers_unless_forced(tmp_path):
-    from minigrpo.course.grading.notebooks import sync_exercises
+    from minigrpo_course.grading.notebooks import sync_exercises
 
     solution, exercise = _mini_course(tmp_path)
     changed, kept = sync_exercises(tmp_path)
@@ -286,7 +286,7 @@ def test_make_exercises_keeps_a_learners_answers_unless_forced(tmp_path):
 def test_a_library_only_install_gets_one_line_for_course_commands(monkeypatch, capsys):
     """Without the `course` extra (no nbformat), run/grade/make-exercises say what to install."""
     monkeypatch.setitem(sys.modules, "nbformat", None)  # `import nbformat` now raises ModuleNotFoundError
-    monkeypatch.delitem(sys.modules, "minigrpo.course.grading.notebooks", raising=False)  # imported again, anew
+    monkeypatch.delitem(sys.modules, "minigrpo_course.grading.notebooks", raising=False)  # imported again, anew
     assert main(["make-exercises", "--check"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "nbformat" in err and "pip install -e '.[course]'" in err

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from minigrpo.debugging.buggy_step import BUGS, StepConfig, buggy_grpo_step, check_bugs, make_batch
-from minigrpo.debugging.detections import DETECTIONS, debugging_setup, run_detections
-from minigrpo.debugging.ratio_study import CAUSES, log_ratios, summarise
+from minigrpo_course.debugging.buggy_step import BUGS, StepConfig, buggy_grpo_step, check_bugs, make_batch
+from minigrpo_course.debugging.detections import DETECTIONS, debugging_setup, run_detections
+from minigrpo_course.debugging.ratio_study import CAUSES, log_ratios, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,7 +83,7 @@ def test_on_policy_gradient_equals_reinforce_with_group_baseline(setup):
     import copy
 
     from minigrpo.advantages import group_advantages
-    from minigrpo.debugging.ratio_study import score
+    from minigrpo_course.debugging.ratio_study import score
     model, tok = setup
     m = copy.deepcopy(model).double()
     b = make_batch(m, tok, ["12+34=", "45+67="], 4, 6, 0.7)
@@ -154,6 +154,6 @@ def test_unknown_cause_is_an_error(setup):
 
 def test_the_grader_knows_every_planted_bug():
     """Exercise 07's items carry each bug as a typical mistake (tests/test_grading.py checks each fails with its hint)."""
-    from minigrpo.course.grading.ex07 import ITEMS
+    from minigrpo_course.grading.ex07 import ITEMS
     named = {w.name for item in ITEMS if item.function == "grpo_step" for w in item.wrong_answers}
     assert set(BUGS) <= named  # (and learner-style steps with the mistakes inner step 0 and ref = policy hide)

@@ -10,7 +10,7 @@ from diffusers import DDPMScheduler
 from minigrpo.diffusion.grpo import DiffusionGRPOConfig, grpo_step_loss, sample_rewards
 from minigrpo.diffusion.rewards import ink_reward
 from minigrpo.diffusion.sampler import ReverseProcess, ddim_scheduler
-from minigrpo.experiments.diffusion_credit import (DiffusionReinforceTrainer, continue_chain, reinforce_config,
+from minigrpo_course.experiments.diffusion_credit import (DiffusionReinforceTrainer, continue_chain, reinforce_config,
                                                    reward_bands, train_reinforce_seeds, undecided_variance,
                                                    variance_split)
 

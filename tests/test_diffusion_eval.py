@@ -7,7 +7,7 @@ import torch
 
 from minigrpo.diffusion.rewards import (DigitClassifier, DigitMLP, digits_classifier, digits_judge, train_classifier,
                                         training_half)
-from minigrpo.experiments.diffusion_eval import (judge_accuracy, mean_pairwise_distance, per_prompt_diversity,
+from minigrpo_course.experiments.diffusion_eval import (judge_accuracy, mean_pairwise_distance, per_prompt_diversity,
                                                  per_prompt_table, seed_table, spread)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -113,7 +113,7 @@ def test_show_grid_draws_ink_black_as_lesson_08(monkeypatch):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from minigrpo.experiments.diffusion_eval import INK_CMAP, show_grid
+    from minigrpo_course.experiments.diffusion_eval import INK_CMAP, show_grid
 
     monkeypatch.setattr(plt, "show", lambda: None)
     show_grid(torch.zeros(4, 1, 4, 4), rows=2, title="t", row_labels=["a", "b"], scores=[0.1, 0.2, 0.3, 0.4])

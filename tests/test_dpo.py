@@ -1,4 +1,4 @@
-"""DPO (``minigrpo.llm.dpo``) and lesson 06's DPO-vs-GRPO plumbing (``minigrpo.experiments.dpo_vs_grpo``).
+"""DPO (``minigrpo.llm.dpo``) and lesson 06's DPO-vs-GRPO plumbing (``minigrpo_course.experiments.dpo_vs_grpo``).
 
 TRL 1.16 computes DPO's loss inside ``DPOTrainer._compute_loss`` (a method that runs the model), with no pure loss
 function to compare against; the loss is checked against a hand-computed value and autograd instead."""
@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from minigrpo.experiments.dpo_vs_grpo import comparison_table, preference_pairs, train_dpo
+from minigrpo_course.experiments.dpo_vs_grpo import comparison_table, preference_pairs, train_dpo
 from minigrpo.llm.dpo import completion_logps, dpo_loss
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.tasks import AdditionTask

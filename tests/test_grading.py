@@ -17,9 +17,9 @@ import nbformat
 import pytest
 import torch
 
-from minigrpo.debugging.buggy_step import BUGS
-from minigrpo.course.grading import ex07
-from minigrpo.course.grading import (
+from minigrpo_course.debugging.buggy_step import BUGS
+from minigrpo_course.grading import ex07
+from minigrpo_course.grading import (
     EXERCISES,
     CheckFailed,
     Raised,
@@ -31,8 +31,8 @@ from minigrpo.course.grading import (
     run_item,
     time_limit,
 )
-from minigrpo.course.grading.core import IN_PLACE_HINT, Case, GradingTimeout, Item, Made, Spread, fresh, outcome
-from minigrpo.course.grading.notebooks import (
+from minigrpo_course.grading.core import IN_PLACE_HINT, Case, GradingTimeout, Item, Made, Spread, fresh, outcome
+from minigrpo_course.grading.notebooks import (
     exercise_text,
     find_notebook,
     load_functions,
@@ -282,7 +282,7 @@ def _mutated(fn):
     return mutant
 
 
-#: Items whose cases measure what the function does (the detections of minigrpo.debugging, run on the
+#: Items whose cases measure what the function does (the detections of minigrpo_course.debugging, run on the
 #: learner's repaired grpo_step), not what it returns: their mutated references are the planted bugs,
 #: the item's typical mistakes, tested below.
 MEASURED_NOT_RETURNED = {"07.1", "07.2", "07.3", "07.4"}
@@ -375,7 +375,7 @@ def test_a_stub_check_prints_one_verdict_line_and_jupyter_one_error_line(tmp_pat
     out = io.StringIO()
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-            result = shell.run_cell("from minigrpo.course.grading import check\n"
+            result = shell.run_cell("from minigrpo_course.grading import check\n"
                                     "def reward_to_go(rewards, gamma):\n    raise NotImplementedError\n"
                                     "check('01.1', reward_to_go)")
     finally:
@@ -671,7 +671,7 @@ def test_float32_inputs_at_the_default_tolerance_pass_a_float32_computation():
 
 def _gae_never_reset(rewards, values, next_values, terminated, truncated, gamma, lam):
     from minigrpo.advantages import gae
-    from minigrpo.course.grading.ex02 import _gae_variant
+    from minigrpo_course.grading.ex02 import _gae_variant
 
     gae(rewards, values, next_values, terminated, truncated, gamma, lam)  # the same refusals
     return _gae_variant(rewards, values, next_values, terminated, truncated, gamma, lam, stop_mask="none")

@@ -4,8 +4,8 @@ shapes, and a policy loss of the wrong sign fails item 04.5's training case itse
 
 import torch
 
-from minigrpo.course.grading import ex04, run_item
-from minigrpo.course.grading.core import outcome
+from minigrpo_course.grading import ex04, run_item
+from minigrpo_course.grading.core import outcome
 
 
 def test_the_mistakes_are_the_reference_but_for_their_knob():

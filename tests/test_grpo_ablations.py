@@ -1,15 +1,15 @@
-"""Lesson 06's ablation plumbing (``minigrpo.experiments.grpo_ablations``), its task (``tasks.PrefixTask``), and
-lesson 07's training runs of planted bugs (``minigrpo.debugging.bug_runs``)."""
+"""Lesson 06's ablation plumbing (``minigrpo_course.experiments.grpo_ablations``), its task (``tasks.PrefixTask``), and
+lesson 07's training runs of planted bugs (``minigrpo_course.debugging.bug_runs``)."""
 
 import random
 
 import pytest
 import torch
 
-import minigrpo.debugging.bug_runs as bug_runs
-from minigrpo.debugging.bug_runs import RunConfig, StaleSampler, train_teaching_step
-from minigrpo.debugging.detections import debugging_setup
-from minigrpo.experiments.grpo_ablations import LengthByCorrectness, length_table, temperature_mismatch
+import minigrpo_course.debugging.bug_runs as bug_runs
+from minigrpo_course.debugging.bug_runs import RunConfig, StaleSampler, train_teaching_step
+from minigrpo_course.debugging.detections import debugging_setup
+from minigrpo_course.experiments.grpo_ablations import LengthByCorrectness, length_table, temperature_mismatch
 from minigrpo.llm.grpo import GRPOConfig
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.tasks import AdditionTask, PrefixTask
@@ -98,7 +98,7 @@ def test_old_logp_after_step_switches_the_clip_off(setup):
 
 
 def test_pass_at_k_unbiased_estimate():
-    from minigrpo.experiments.grpo_ablations import pass_at_k
+    from minigrpo_course.experiments.grpo_ablations import pass_at_k
     # n = 4, c = 1: pass@1 = 1/4, pass@2 = 1 − C(3,2)/C(4,2) = 1/2; c = 0 → 0; c = 4 → 1
     assert pass_at_k([1], 4, 1) == pytest.approx(0.25) and pass_at_k([1], 4, 2) == pytest.approx(0.5)
     assert pass_at_k([0, 4], 4, 3) == pytest.approx(0.5)

@@ -12,8 +12,8 @@ import nbformat
 import pytest
 
 from minigrpo.cli import main
-from minigrpo.course.interview import QUESTIONS, SEED_QUESTIONS, TOPICS, Progress, by_topic, for_seed, get, seed_label
-from minigrpo.course.interview.schedule import PROGRESS_ENV_VAR, WAITS, check_rating, next_box
+from minigrpo_course.interview import QUESTIONS, SEED_QUESTIONS, TOPICS, Progress, by_topic, for_seed, get, seed_label
+from minigrpo_course.interview.schedule import PROGRESS_ENV_VAR, WAITS, check_rating, next_box
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -275,7 +275,7 @@ def test_interactive_session_stops_cleanly_on_q(capsys, tmp_path, monkeypatch):
 # ----------------------------------------------------------------------------- the practice notebook
 
 def test_cards_keep_the_answer_folded_and_escape_the_text():
-    from minigrpo.course.interview.notebook import card_html, coverage_html, reveal_html
+    from minigrpo_course.interview.notebook import card_html, coverage_html, reveal_html
 
     q = get("diffusion-pseudocode")
     card = card_html(q)
@@ -300,8 +300,8 @@ def test_the_practice_notebook_shows_every_topic():
 def test_the_practice_notebook_reads_without_a_kernel_and_its_outputs_are_current():
     """Every practice cell's committed output is plain HTML with the answers folded in <details> (no
     widget-only output), and the deterministic ones equal what the current code renders."""
-    from minigrpo.course.interview.notebook import card_html, code_drills_html, drill_html, flaws_html, mocks_html
-    from minigrpo.course.interview.drills import DRILLS
+    from minigrpo_course.interview.notebook import card_html, code_drills_html, drill_html, flaws_html, mocks_html
+    from minigrpo_course.interview.drills import DRILLS
 
     nb = nbformat.read(ROOT / "notebooks" / "11_interview_practice.ipynb", as_version=4)
     html_of = {}

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from minigrpo.course.interview import QUESTIONS, TOPIC_TITLES, TOPICS, get
-from minigrpo.course.interview.bank import BankFormatError, parse_topic_file
-from minigrpo.course.interview.seeds import SEED_QUESTIONS, SEED_SETS, seed_label, seed_set
+from minigrpo_course.interview import QUESTIONS, TOPIC_TITLES, TOPICS, get
+from minigrpo_course.interview.bank import BankFormatError, parse_topic_file
+from minigrpo_course.interview.seeds import SEED_QUESTIONS, SEED_SETS, seed_label, seed_set
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDER = ROOT / "minigrpo" / "course" / "interview" / "questions"
+FOLDER = ROOT / "minigrpo_course" / "interview" / "questions"
 
 GOOD = """---
 topic: demo
@@ -99,7 +99,7 @@ def test_a_broken_file_is_a_one_line_error_naming_file_question_and_field(edit, 
 
 
 def test_every_topic_file_is_read_through_importlib_resources():
-    folder = resources.files("minigrpo.course.interview").joinpath("questions")
+    folder = resources.files("minigrpo_course.interview").joinpath("questions")
     files = sorted(f.name for f in folder.iterdir() if f.name.endswith(".md") and f.name[:2].isdigit())
     assert files == sorted(p.name for p in FOLDER.glob("[0-9][0-9]_*.md")) and len(files) == len(TOPICS)
     headings = sum(len(re.findall(r"^## ", (FOLDER / f).read_text(encoding="utf-8"), re.M)) for f in files)
@@ -139,13 +139,13 @@ def test_seed_labels_and_sets():
 def test_the_api_keeps_working():
     q = get("grpo-step")
     assert q.seed_labels[0] == "Debugging a GRPO loop › part 1" and q.demo.lesson == "06"
-    from minigrpo.course.interview import Demo, Question, by_topic, for_seed  # noqa: F401
+    from minigrpo_course.interview import Demo, Question, by_topic, for_seed  # noqa: F401
 
     assert for_seed("001.1") == [q] and q in by_topic("grpo")
 
 
 def test_importing_the_bank_and_the_command_pulls_in_neither_torch_nor_numpy():
-    code = ("import sys, minigrpo.cli, minigrpo.course.interview.practice, minigrpo.course.interview.notebook; "
+    code = ("import sys, minigrpo.cli, minigrpo_course.interview.practice, minigrpo_course.interview.notebook; "
             "minigrpo.cli.build_parser(); print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from minigrpo.cli import main
-from minigrpo.course.interview import get
-from minigrpo.course.interview.bank import BankFormatError
-from minigrpo.course.interview.coding import (blank_page, check, elapsed, get_code_drill, load_code_drills, load_function,
+from minigrpo_course.interview import get
+from minigrpo_course.interview.bank import BankFormatError
+from minigrpo_course.interview.coding import (blank_page, check, elapsed, get_code_drill, load_code_drills, load_function,
                                        parse_code_drill, start, verdict)
-from minigrpo.course.interview.drills import DRILLS, evaluate, get_drill, is_correct, key_text, run_drill
-from minigrpo.course.interview.flaws import load_flaws, parse_flaws, run_flaws
+from minigrpo_course.interview.drills import DRILLS, evaluate, get_drill, is_correct, key_text, run_drill
+from minigrpo_course.interview.flaws import load_flaws, parse_flaws, run_flaws
 
 # ----------------------------------------------------------------------------- derivation drills
 
@@ -109,7 +109,7 @@ CODE = load_code_drills()
 def test_the_six_coding_drills_reuse_the_graders_hidden_tests():
     assert set(CODE) == {"grpo-loss", "token-logprobs", "tis-weights", "diffusion-logprob", "gqa-decode",
                          "causal-linear-attention"}
-    from minigrpo.course.grading import get_item
+    from minigrpo_course.grading import get_item
 
     assert CODE["grpo-loss"].item() is get_item("06.2") and CODE["token-logprobs"].item() is get_item("06.1")
     assert CODE["tis-weights"].item().function == "tis_weights" and CODE["diffusion-logprob"].item() is get_item("09.1")
@@ -230,7 +230,7 @@ def test_the_flaw_cards_cover_the_corrected_seed_claims():
 
 def test_the_figures_in_the_flaw_cards():
     from minigrpo.advantages import group_advantages
-    from minigrpo.course.interview.figures import p_mixed
+    from minigrpo_course.interview.figures import p_mixed
 
     cards = {c.id: c for c in load_flaws()}
     r = torch.tensor([85.0, 92.0, 70.0], dtype=torch.float64)

@@ -11,8 +11,8 @@ import torch
 
 from minigrpo.advantages import group_advantages
 from minigrpo.attention import decode_attention, elu_feature_map, kv_cache_bytes
-from minigrpo.course.interview import QUESTIONS, get
-from minigrpo.course.interview import figures
+from minigrpo_course.interview import QUESTIONS, get
+from minigrpo_course.interview import figures
 from minigrpo.losses import kl_estimate
 
 ROOT = Path(__file__).resolve().parents[1]

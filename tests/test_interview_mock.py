@@ -10,11 +10,11 @@ import sys
 import pytest
 
 from minigrpo.cli import main
-from minigrpo.course.interview import get
-from minigrpo.course.interview.bank import BankFormatError
-from minigrpo.course.interview.mock import clock_text, get_mock, load_mocks, parse_mock, run_mock
-from minigrpo.course.interview.schedule import Progress
-from minigrpo.course.interview.seeds import SEED_SETS
+from minigrpo_course.interview import get
+from minigrpo_course.interview.bank import BankFormatError
+from minigrpo_course.interview.mock import clock_text, get_mock, load_mocks, parse_mock, run_mock
+from minigrpo_course.interview.schedule import Progress
+from minigrpo_course.interview.seeds import SEED_SETS
 
 
 def _script(*steps: str) -> io.StringIO:

@@ -1,12 +1,12 @@
 """Sequence-level and masked importance sampling (``losses.sequence_importance_weights``) and lesson 07's study of
-them (``minigrpo.debugging.is_study``): hand-computed values, and exact expectations by enumeration."""
+them (``minigrpo_course.debugging.is_study``): hand-computed values, and exact expectations by enumeration."""
 
 import math
 
 import pytest
 import torch
 
-from minigrpo.debugging.is_study import moe_routing_flips, retokenisation_demo, sequence_is_bias
+from minigrpo_course.debugging.is_study import moe_routing_flips, retokenisation_demo, sequence_is_bias
 from minigrpo.losses import sequence_importance_weights
 
 TRAINER = torch.tensor([[0.0, -1.0, -2.0], [-0.5, 0.0, 0.0], [-1.0, -1.0, -1.0]])

@@ -1,10 +1,10 @@
-"""Lesson 06 section 7's KL placements (``minigrpo.experiments.kl_placement``): the exact identities, in float64,
+"""Lesson 06 section 7's KL placements (``minigrpo_course.experiments.kl_placement``): the exact identities, in float64,
 against autograd on the exact divergences."""
 
 import pytest
 import torch
 
-from minigrpo.experiments.kl_placement import (PLACEMENTS, TabularLM, categorical_placements, distance_sweep,
+from minigrpo_course.experiments.kl_placement import (PLACEMENTS, TabularLM, categorical_placements, distance_sweep,
                                                exact_kl_gradients, monte_carlo, per_sample_gradients,
                                                placement_table, sequence_placements)
 

@@ -9,11 +9,11 @@ import torch
 
 from minigrpo.control.ppo_penalty import (PPOPenaltyConfig, adaptive_kl_coef, penalty_loss,
                                           train_ppo_penalty)
-from minigrpo.experiments.length_bias import expected_length, sample_group, train_lengths
-from minigrpo.experiments.ppo_ablations import clip_sides, slopes_by_side, surrogate_terms
-from minigrpo.experiments.ppo_drift import (epoch_drift, make_stale_update, on_arrival, print_drift_table,
+from minigrpo_course.experiments.length_bias import expected_length, sample_group, train_lengths
+from minigrpo_course.experiments.ppo_ablations import clip_sides, slopes_by_side, surrogate_terms
+from minigrpo_course.experiments.ppo_drift import (epoch_drift, make_stale_update, on_arrival, print_drift_table,
                                             print_stale_summary, probe_mean, run_stale, scan_gradient_direction)
-from minigrpo.experiments.ppo_reports import plot_seed_bands, print_final_runs, print_solve_table
+from minigrpo_course.experiments.ppo_reports import plot_seed_bands, print_final_runs, print_solve_table
 
 
 @pytest.mark.parametrize("beta, kl, expected", [
@@ -116,7 +116,7 @@ def test_seq_mean_lengthens_wrong_answers_and_shortens_right_ones():
         assert wrong >= 1.5 * right, (seed, right, wrong)
 
 
-# --- lesson 04's drift and staleness experiments (minigrpo.experiments.ppo_drift) ---
+# --- lesson 04's drift and staleness experiments (minigrpo_course.experiments.ppo_drift) ---
 
 def _cartpole_batch(seed=0, steps=32):
     """A fresh CartPole ActorCritic and one rollout of 4 envs × ``steps`` from it, flattened, with GAE advantages."""
@@ -244,7 +244,7 @@ def test_print_stale_summary_prints_final_returns_and_probes(capsys):
     assert out.splitlines()[-1].split() == ["1", "0.500", "0.250"]
 
 
-# --- lesson 04's result tables (minigrpo.experiments.ppo_reports) ---
+# --- lesson 04's result tables (minigrpo_course.experiments.ppo_reports) ---
 
 def _result(step, seconds, sps, **history):
     from types import SimpleNamespace

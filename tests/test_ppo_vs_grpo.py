@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from minigrpo.experiments.ppo_vs_grpo import (LongHorizonConfig, credit_share, grpo_advantages, make_corridor,
+from minigrpo_course.experiments.ppo_vs_grpo import (LongHorizonConfig, credit_share, grpo_advantages, make_corridor,
                                               ppo_advantages, train_long_horizon)
 
 

@@ -1,12 +1,15 @@
-"""Stale notebook outputs are caught: minigrpo.course.provenance's fingerprints and import closure."""
+"""Stale notebook outputs are caught: minigrpo_course.provenance's fingerprints and import closure."""
 
+import json
 import shutil
+import subprocess
+import sys
 import textwrap
 
 import nbformat
 import pytest
 
-from minigrpo.course import provenance
+from minigrpo_course import provenance
 
 
 def test_fingerprint_ignores_docstrings_comments_and_layout_but_not_code():
@@ -44,18 +47,28 @@ def test_closure_follows_imports_through_modules_packages_and_relative_imports()
     assert {"minigrpo", "minigrpo.llm", "minigrpo.losses", "minigrpo.diffusion", "minigrpo.diffusion.ddpm"} <= modules
     assert "minigrpo.control.ppo" not in modules
     assert all(name.startswith("minigrpo") for name in modules)
+    # the course package is followed too, and through it into the library
+    course = provenance.closure(provenance.code_imports(["from minigrpo_course.experiments.trpo import delta_sweep"]))
+    assert {"minigrpo_course", "minigrpo_course.experiments", "minigrpo_course.experiments.trpo",
+            "minigrpo.control.trpo"} <= course
+
+
+def _copy_packages(tmp_path):
+    """Both packages' source folders under ``tmp_path``, the ``root=`` a record can be compared against."""
+    for package in provenance.PACKAGES:
+        shutil.copytree(provenance.ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
 
 
 def test_a_planted_stale_cell_is_caught(tmp_path):
     """The issue's case: a notebook run with one version of the package, then the package's code changes."""
-    root = tmp_path / "minigrpo"
-    shutil.copytree(provenance.ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    root = _copy_packages(tmp_path)
     nb = _notebook("from minigrpo.advantages import group_advantages\nprint(group_advantages)")
     entry = provenance.record(nb, "full", root=root)
     assert entry["mode"] == "full" and "minigrpo.advantages" in entry["code"]
     assert provenance.stale_modules(nb, root=root) == []
 
-    path = root / "advantages.py"
+    path = root / "minigrpo" / "advantages.py"
     text = path.read_text()
     path.write_text(text.replace('"""', '"""Edited docstring. ', 1) + "\n# a comment\n")
     assert provenance.stale_modules(nb, root=root) == []            # prose-only edits keep outputs valid
@@ -65,6 +78,34 @@ def test_a_planted_stale_cell_is_caught(tmp_path):
     path.write_text(text)
     nb.cells.append(nbformat.v4.new_code_cell("from minigrpo import losses"))   # a cell added since the run
     assert "minigrpo.losses" in provenance.stale_modules(nb, root=root)
+
+
+def test_a_change_to_the_course_package_is_caught(tmp_path):
+    """A notebook's experiment helpers live in minigrpo_course: their code is fingerprinted like the library's."""
+    root = _copy_packages(tmp_path)
+    nb = _notebook("from minigrpo_course.experiments.trpo import delta_sweep")
+    entry = provenance.record(nb, "full", root=root)
+    assert {"minigrpo_course.experiments.trpo", "minigrpo.control.trpo"} <= entry["code"].keys()
+    assert provenance.stale_modules(nb, root=root) == []
+    path = root / "minigrpo_course" / "experiments" / "trpo.py"
+    path.write_text(path.read_text() + "\nSEEDS = 3\n")
+    assert provenance.stale_modules(nb, root=root) == ["minigrpo_course.experiments.trpo"]
+    # ... and so is the library code under it
+    (root / "minigrpo" / "control" / "trpo.py").write_text((root / "minigrpo" / "control" / "trpo.py").read_text() + "\nX = 1\n")
+    assert provenance.stale_modules(nb, root=root) == ["minigrpo.control.trpo", "minigrpo_course.experiments.trpo"]
+
+
+def test_every_module_of_both_packages_is_fingerprinted_and_probed():
+    names = provenance.package_fingerprints()
+    assert {"minigrpo", "minigrpo.losses", "minigrpo.infra.checks", "minigrpo_course",
+            "minigrpo_course.grading.core", "minigrpo_course.experiments.trpo"} <= names.keys()
+    assert all(name.partition(".")[0] in provenance.PACKAGES for name in names)
+    # the probe, run in a fresh interpreter, names the modules of both packages that were imported
+    code = "import minigrpo.smoke, minigrpo_course.progress, json\n" + provenance.PROBE
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == ["minigrpo", "minigrpo.smoke", "minigrpo_course",
+                                                        "minigrpo_course.progress"]
 
 
 def test_a_notebook_without_a_record_is_an_error():

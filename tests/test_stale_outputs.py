@@ -1,7 +1,7 @@
 """Committed lesson and solution outputs come from a full-mode run of today's package code.
 
 ``minigrpo run`` records in each notebook what its outputs were made with (the mode, and a fingerprint of every
-``minigrpo`` module the notebook imports: ``minigrpo.course.provenance``). When a module's code changes, every
+``minigrpo`` module the notebook imports: ``minigrpo_course.provenance``). When a module's code changes, every
 notebook that imports it fails here until it is re-executed in full mode and its prose checked against the new
 outputs. Exercises are generated from the solutions and carry no outputs of their own.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from minigrpo.course import provenance
+from minigrpo_course import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTED = sorted(p for d in ("notebooks", "solutions") for p in (ROOT / d).glob("*.ipynb"))

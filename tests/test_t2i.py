@@ -1,4 +1,4 @@
-"""Lesson 13's plumbing (minigrpo.experiments.t2i) on tiny random components built in a temporary folder.
+"""Lesson 13's plumbing (minigrpo_course.experiments.t2i) on tiny random components built in a temporary folder.
 
 The fixed-noise evaluation must be a pure measurement: the same number twice, and the trainer's generator and
 group size left as they were, so that the training run after it is the one it would have been without it.
@@ -17,7 +17,7 @@ pytest.importorskip("peft")
 from minigrpo.diffusion.text_to_image import TextToImagePolicy, tiny_components  # noqa: E402
 from minigrpo.diffusion.text_to_image_grpo import TextToImageGRPOConfig, TextToImageGRPOTrainer  # noqa: E402
 from minigrpo.diffusion.text_to_image_rewards import smoothness_reward  # noqa: E402
-from minigrpo.experiments.t2i import evaluate, quiet_hub_logging, run_summary, show_images  # noqa: E402
+from minigrpo_course.experiments.t2i import evaluate, quiet_hub_logging, run_summary, show_images  # noqa: E402
 
 PROMPTS = ["a red square", "a blue sky", "a green apple"]
 

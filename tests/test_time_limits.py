@@ -1,11 +1,11 @@
-"""minigrpo.experiments.time_limits: the CashOut env, and A2C trained on one-step targets from any function."""
+"""minigrpo_course.experiments.time_limits: the CashOut env, and A2C trained on one-step targets from any function."""
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
 
-from minigrpo.experiments.time_limits import (CASH_OUT_BONUS, CASH_OUT_ID, CASH_OUT_LIMIT, CashOutEnv,
+from minigrpo_course.experiments.time_limits import (CASH_OUT_BONUS, CASH_OUT_ID, CASH_OUT_LIMIT, CashOutEnv,
                                               cash_out_config, cash_out_probability, late_episode_length,
                                               train_a2c_on_targets, value_of_working)
 

@@ -1,4 +1,4 @@
-"""Lesson 03's experiment plumbing (minigrpo.experiments.trpo): the on-policy batch, the step-length sweep,
+"""Lesson 03's experiment plumbing (minigrpo_course.experiments.trpo): the on-policy batch, the step-length sweep,
 the functional view of an actor used for exact Fisher matrices, and the tables and plots of TRPO runs."""
 
 import gymnasium as gym
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minigrpo.control import ActorCritic
-from minigrpo.experiments.trpo import (band, delta_sweep, first_solved, functional_view, kl_summary, plot_cg_vs_sd,
+from minigrpo_course.experiments.trpo import (band, delta_sweep, first_solved, functional_view, kl_summary, plot_cg_vs_sd,
                                        plot_trpo_runs, policy_batch, print_solved_table, print_step_sweep,
                                        sampled_return, show_delta_sweep, step_length_sweep)
 from minigrpo.trust_region import flat_params, set_flat_params

@@ -44,7 +44,7 @@ def test_conjugate_gradient_stops_on_a_residual_relative_to_b():
     30×30 system (condition number 10) the relative residual is 1.49e-5 after 16 iterations and 5.3e-6
     after 17, so the default tol = 1e-5 stops after 17 products whether ‖b‖ is 1e-8, 1 or 1e4. An absolute
     threshold (the former rᵀr ≤ 1e-10) returned x = 0 for ‖b‖ = 1e-8: the TRPO step vanished."""
-    from minigrpo.course.grading.ex03 import random_spd
+    from minigrpo_course.grading.ex03 import random_spd
 
     A = random_spd(30, seed=11, cond=10.0)
     b = torch.randn(30, generator=torch.Generator().manual_seed(12), dtype=torch.float64)

@@ -9,7 +9,7 @@
 - ``PrefixTask``: ``"copy 37159264:"`` → ``"3715"``: a prefix of the digits, *as long as the policy
   likes* (``min_len``..``max_len`` digits). Completion lengths are the policy's choice and the reward does
   not depend on them, but every extra digit is one more chance to slip: the task of lesson 06's
-  ``loss_type`` length study (``minigrpo.experiments.grpo_ablations``).
+  ``loss_type`` length study (``minigrpo_course.experiments.grpo_ablations``).
 
 Each task has a fixed held-out evaluation set (problems never drawn for training) and two rewards:
 ``format_reward`` (is the completion well formed and finished with EOS?) and ``correctness_reward``

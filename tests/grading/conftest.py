@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from minigrpo.course.grading.notebooks import find_notebook, load_functions
+from minigrpo_course.grading.notebooks import find_notebook, load_functions
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ in-place line search (the one train_trpo runs) on real TRPO steps.
 import pytest
 import torch
 
-from minigrpo.course.grading.ex03 import line_problem, random_spd, tiny_categorical_problem
+from minigrpo_course.grading.ex03 import line_problem, random_spd, tiny_categorical_problem
 from minigrpo.trust_region import (backtracking_line_search, conjugate_gradient, fisher_vector_product, flat_grad,
                                    flat_params, set_flat_params, trust_region_step)
 

@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from minigrpo.course.grading.ex04 import ppo_config, ppo_problem
+from minigrpo_course.grading.ex04 import ppo_config, ppo_problem
 from minigrpo.losses import clipped_surrogate_loss, value_loss
 from minigrpo.utils import torch_threads
 

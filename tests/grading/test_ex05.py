@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from minigrpo.advantages import group_advantages as reference_group_advantages
-from minigrpo.course.grading import items, run_item
+from minigrpo_course.grading import items, run_item
 
 EXERCISE = "05"
 SCALES = ["group", "batch", "none"]

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from minigrpo.advantages import group_advantages
-from minigrpo.debugging.buggy_step import StepConfig, buggy_grpo_step, make_batch
-from minigrpo.debugging.detections import debugging_setup, run_detections
+from minigrpo_course.debugging.buggy_step import StepConfig, buggy_grpo_step, make_batch
+from minigrpo_course.debugging.detections import debugging_setup, run_detections
 from minigrpo.losses import kl_estimate
-from minigrpo.debugging.ratio_study import score
+from minigrpo_course.debugging.ratio_study import score
 
 EXERCISE = "07"
 

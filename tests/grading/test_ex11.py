@@ -13,7 +13,7 @@ import torch
 
 from minigrpo.advantages import gae, group_advantages
 from minigrpo.attention import kv_cache_bytes
-from minigrpo.course.grading.ex11 import SCENARIOS
+from minigrpo_course.grading.ex11 import SCENARIOS
 from minigrpo.losses import clipped_surrogate_loss
 
 EXERCISE = "11"

@@ -6,7 +6,7 @@ The test_exNN.py files next to this one add property tests that go beyond fixed 
 
 import pytest
 
-from minigrpo.course.grading import EXERCISES, run_item
+from minigrpo_course.grading import EXERCISES, run_item
 
 ALL_ITEMS = [item for _, (_, its) in EXERCISES.items() for item in its]
 

@@ -1,4 +1,0 @@
-"""Experiment plumbing for the lessons: the loops, toy tasks and tables whose code would crowd a notebook
-cell. The ideas stay in the notebooks and the algorithms in the package proper; these modules only wire
-them into the measurements a lesson shows (one module per lesson topic, e.g. ``attention`` for lesson 10).
-"""

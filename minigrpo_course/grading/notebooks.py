@@ -1,0 +1,150 @@
+"""Notebooks as exercise sources: loading a learner's functions, and generating exercises/.
+
+Conventions:
+- An exercise cell is tagged ``exercise`` in its metadata and starts with a ``# EXERCISE NN.k``
+  comment. It is self-contained (its own imports), so the grader can run it alone.
+- Under it, a check cell calls ``check("NN.k", fn)``: it prints the verdict and, when a check fails,
+  raises, so the cell errors. Check cells carry no ``# NBVAL_CHECK_OUTPUT``: a notebook passes
+  ``pytest --nbval-lax`` when every cell runs, whatever outputs it has saved.
+- In ``solutions/`` the answer sits between ``### BEGIN SOLUTION`` and ``### END SOLUTION``, and the
+  notebook is saved executed. ``exercises/`` is generated from it with each block replaced by a stub
+  that raises NotImplementedError and every output removed: a fresh exercise shows no verdict until
+  the learner runs it.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from minigrpo_course.grading.core import GradingTimeout, time_limit
+from minigrpo_course.progress import repo_root
+
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+EXERCISE_TAG = "exercise"
+STUB = "# YOUR CODE HERE\nraise NotImplementedError(\"{what}\")"
+_EXERCISE_COMMENT = re.compile(r"^\s*#\s*EXERCISE\b")
+
+
+def find_notebook(exercise: str, folder: Path) -> Path:
+    """``folder/NN_*.ipynb`` for exercise ``NN``."""
+    matches = sorted(Path(folder).glob(f"{exercise}_*.ipynb"))
+    if not matches:
+        raise FileNotFoundError(f"no notebook for exercise {exercise} in {folder} (expected {exercise}_<topic>.ipynb)")
+    return matches[0]
+
+
+def is_exercise_cell(cell) -> bool:
+    if cell.cell_type != "code":
+        return False
+    tags = cell.get("metadata", {}).get("tags", [])
+    return EXERCISE_TAG in tags or bool(_EXERCISE_COMMENT.match(cell.source))
+
+
+@dataclass
+class LoadedNotebook:
+    path: Path
+    namespace: dict = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  #: one line per exercise cell that failed to run
+
+    def get(self, name: str):
+        return self.namespace.get(name)
+
+
+def load_functions(path: str | Path, seconds: float = 30.0) -> LoadedNotebook:
+    """Run the exercise cells of a notebook (only those) and return what they define."""
+    path = Path(path)
+    nb = nbformat.read(path, as_version=4)
+    loaded = LoadedNotebook(path, {"__name__": f"notebook_{path.stem}"})
+    for i, cell in enumerate(nb.cells):
+        if not is_exercise_cell(cell):
+            continue
+        try:
+            code = compile(cell.source, f"{path.name}[cell {i}]", "exec")
+            with time_limit(seconds):
+                exec(code, loaded.namespace)  # noqa: S102 - running the learner's own notebook
+        except GradingTimeout:
+            loaded.errors.append(f"cell {i} did not finish within {seconds:g} s")
+        except Exception as exc:  # noqa: BLE001
+            loaded.errors.append(f"cell {i} raised {type(exc).__name__}: {exc}")
+    return loaded
+
+
+def _stub_source(source: str, what: str) -> str:
+    """Replace every BEGIN/END SOLUTION block with an indented stub."""
+    out, lines, i = [], source.split("\n"), 0
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() == BEGIN:
+            indent = line[: len(line) - len(line.lstrip())]
+            j = i + 1
+            while j < len(lines) and lines[j].strip() != END:
+                j += 1
+            if j == len(lines):
+                raise ValueError(f"{what}: '{BEGIN}' without a matching '{END}'")
+            out += [indent + s for s in STUB.format(what=what).split("\n")]
+            i = j + 1
+            continue
+        if line.strip() == END:
+            raise ValueError(f"{what}: '{END}' without a matching '{BEGIN}'")
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def make_exercise_notebook(solution):
+    """The learner's copy of a solution notebook (a new ``NotebookNode``): answers stubbed, no outputs."""
+    nb = copy.deepcopy(solution)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if BEGIN in cell.source:
+            name = re.search(r"def\s+(\w+)", cell.source)
+            cell.source = _stub_source(cell.source, f"implement {name.group(1)}" if name else "your code here")
+        cell.execution_count = None
+        cell.outputs = []
+    return nb
+
+
+def exercise_text(solution_path: Path) -> str:
+    """The exact file content ``exercises/`` should hold for a solution notebook."""
+    nb = nbformat.read(solution_path, as_version=4)
+    return nbformat.writes(make_exercise_notebook(nb)) + "\n"
+
+
+def has_learner_work(path: Path) -> bool:
+    """True when an exercise notebook holds answers: an exercise cell without the stub's
+    ``raise NotImplementedError`` (the learner replaced it), or any saved output."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if cell.get("outputs") or (is_exercise_cell(cell) and "raise NotImplementedError" not in cell.source):
+            return True
+    return False
+
+
+def sync_exercises(root: Path | None = None, check: bool = False, force: bool = False) -> tuple[list[Path], list[Path]]:
+    """Regenerate ``exercises/`` from ``solutions/``.
+
+    Returns ``(changed, kept)``: the files that were (or, with ``check``, would be) rewritten, and
+    those left alone because they hold a learner's answers (``force`` overwrites them too).
+    """
+    root = root or repo_root()
+    changed, kept = [], []
+    for sol in sorted((root / "solutions").glob("*.ipynb")):
+        target = root / "exercises" / sol.name
+        text = exercise_text(sol)
+        if target.exists() and target.read_text(encoding="utf-8") == text:
+            continue
+        if target.exists() and not (check or force) and has_learner_work(target):
+            kept.append(target)
+            continue
+        changed.append(target)
+        if not check:
+            target.write_text(text, encoding="utf-8")
+    return changed, kept
