@@ -4,11 +4,11 @@ The library a learner reads: algorithms only. Shared math lives at the top (`adv
 `trust_region`, `attention`, `grpo_common`); each "world" the course trains in has its own sub-package:
 `control` (gymnasium environments), `llm` (a small language model, or a pretrained one) and `diffusion`
 (DDPM and flow-matching image models). `infra` holds the plumbing a first reading can skip (config checks,
-tracking and checkpoints, several processes); `cli` is the `minigrpo` command.
+tracking and checkpoints, several processes); `cli` is `python -m minigrpo train ...`.
 
 The course built on it (grading, interview practice, progress, the notebooks' experiment helpers, lesson
-07's planted bugs) is the separate package `minigrpo_course`, which imports this one; nothing here imports
-it apart from the command line's course commands, which move there next.
+07's planted bugs, the `minigrpo` command) is the separate package `minigrpo_course`, which imports this one;
+nothing here imports it.
 
 `import minigrpo` does not import torch: `get_device` and `seed_everything` are loaded from
 `minigrpo.utils` the first time they are used, so the command line starts fast.

@@ -1,4 +1,5 @@
-"""``python -m minigrpo``: the same as the ``minigrpo`` command."""
+"""``python -m minigrpo``: the library's command line (``train``); the course's ``minigrpo`` command is
+``python -m minigrpo_course``."""
 
 import sys
 

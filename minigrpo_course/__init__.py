@@ -1,5 +1,7 @@
 """minigrpo_course: the course built on the minigrpo library, kept apart from the algorithms.
 
+- `minigrpo_course.cli`: the `minigrpo` command (list, run, grade, make-exercises, interview; its `train` is the
+  library's, from `minigrpo.cli`).
 - `minigrpo_course.grading`: the exercise checks and `minigrpo grade`.
 - `minigrpo_course.interview`: the interview question bank (Markdown data in `interview/questions/`) and practice modes.
 - `minigrpo_course.progress`: where grades and practice history are kept.

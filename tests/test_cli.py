@@ -1,4 +1,5 @@
-"""The `minigrpo` command: a fast start, clear one-line errors, and `run` keeping what it executed."""
+"""The `minigrpo` command (minigrpo_course.cli, with the library's `train` from minigrpo.cli): a fast start, clear
+one-line errors, and `run` keeping what it executed."""
 
 import json
 import os
@@ -13,7 +14,7 @@ import nbformat
 import pytest
 
 import minigrpo
-from minigrpo.cli import build_parser, main
+from minigrpo_course.cli import build_parser, main
 from minigrpo_course import provenance
 from minigrpo_course.progress import HOME_ENV_VAR, record_grade
 from minigrpo.smoke import SMOKE_ENV_VAR
@@ -48,9 +49,10 @@ def test_version(capsys):
 
 
 def test_the_command_line_imports_no_torch():
-    """`minigrpo --help` must not pay for torch: importing the package and building the parser import
-    neither torch nor numpy nor transformers (checked in a fresh interpreter)."""
-    code = ("import sys, minigrpo, minigrpo.cli; minigrpo.cli.build_parser(); "
+    """`minigrpo --help` must not pay for torch: importing the packages and building the parsers (the course's
+    command and the library's) import neither torch nor numpy nor transformers (checked in a fresh interpreter)."""
+    code = ("import sys, minigrpo, minigrpo.cli, minigrpo_course.cli; minigrpo.cli.build_parser(); "
+            "minigrpo_course.cli.build_parser(); "
             "print(sorted(m for m in ('torch', 'numpy', 'transformers') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -66,13 +68,32 @@ def test_lazy_names_still_import_from_the_package():
         minigrpo.nope  # noqa: B018
 
 
-def test_python_dash_m_minigrpo_runs_the_command():
-    proc = subprocess.run([sys.executable, "-m", "minigrpo", "--help"], capture_output=True, text=True,
+def test_python_dash_m_minigrpo_course_runs_the_command():
+    proc = subprocess.run([sys.executable, "-m", "minigrpo_course", "--help"], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage: minigrpo") and "``" not in proc.stdout
-    for command in ("list", "run", "grade", "make-exercises", "interview"):
+    for command in ("list", "run", "grade", "make-exercises", "train", "interview"):
         assert f"    {command}" in proc.stdout
+
+
+def test_python_dash_m_minigrpo_is_the_librarys_train_command():
+    """The library alone: `python -m minigrpo` (and `accelerate launch -m minigrpo`) has `train`, the same command
+    as the course's `minigrpo train`, and imports nothing of the course."""
+    code = ("import sys, runpy; sys.argv = ['minigrpo', '--help']\ntry:\n    runpy.run_module('minigrpo', "
+            "run_name='__main__')\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in sys.modules if m.startswith('minigrpo_course')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage: minigrpo") and "``" not in proc.stdout
+    assert "    train" in proc.stdout and "    run" not in proc.stdout and "    grade" not in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "[]", "the library's command imported the course"
+    from minigrpo import cli as library
+
+    def train_help(parser):
+        return parser._subparsers._group_actions[0].choices["train"].format_help()
+
+    assert train_help(library.build_parser()) == train_help(build_parser())
 
 
 def test_run_help_shows_the_defaults():
@@ -192,7 +213,7 @@ def test_a_failing_cell_saves_the_run_so_far_and_exits_1(tmp_path):
     stale.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="old output\n")]
     nbformat.write(stale, str(source))
     out = tmp_path / "sub" / "run.ipynb"
-    proc = subprocess.run([sys.executable, "-m", "minigrpo", "run", str(source), "--output", str(out)],
+    proc = subprocess.run([sys.executable, "-m", "minigrpo_course", "run", str(source), "--output", str(out)],
                           capture_output=True, text=True, cwd=tmp_path, env=_env(**{SMOKE_ENV_VAR: "1"}),
                           timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -216,7 +237,7 @@ def test_ctrl_c_saves_the_run_so_far_and_exits_130(tmp_path):
                        "time.sleep(120)",
                        "print('never')")
     out = tmp_path / "run.ipynb"
-    proc = subprocess.Popen([sys.executable, "-m", "minigrpo", "run", str(source), "--output", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "minigrpo_course", "run", str(source), "--output", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path, env=_env())
     try:
         deadline = time.monotonic() + 240

@@ -501,7 +501,7 @@ def test_load_functions_reports_a_broken_cell(tmp_path):
 
 def _grade(*args, home, cwd=ROOT):
     env = dict(os.environ, MINIGRPO_SMOKE="1", MINIGRPO_HOME=str(home))
-    return subprocess.run([sys.executable, "-m", "minigrpo.cli", "grade", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "minigrpo_course.cli", "grade", *args], capture_output=True,
                           text=True, env=env, cwd=cwd, timeout=600)
 
 

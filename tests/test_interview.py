@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from minigrpo.cli import main
+from minigrpo_course.cli import main
 from minigrpo_course.interview import QUESTIONS, SEED_QUESTIONS, TOPICS, Progress, by_topic, for_seed, get, seed_label
 from minigrpo_course.interview.schedule import PROGRESS_ENV_VAR, WAITS, check_rating, next_box
 
@@ -209,7 +209,7 @@ def test_interactive_session_in_a_subprocess_uses_the_env_progress_file(tmp_path
     the progress file comes from the environment variable."""
     pf = tmp_path / "env.json"
     env = dict(os.environ, **{PROGRESS_ENV_VAR: str(pf)})
-    proc = subprocess.run([sys.executable, "-m", "minigrpo.cli", "interview", "--id", "all-equal-group"],
+    proc = subprocess.run([sys.executable, "-m", "minigrpo_course.cli", "interview", "--id", "all-equal-group"],
                           input="every advantage is zero\nadd eps to the std\n\n7\n1-3\n", capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -145,8 +145,8 @@ def test_the_api_keeps_working():
 
 
 def test_importing_the_bank_and_the_command_pulls_in_neither_torch_nor_numpy():
-    code = ("import sys, minigrpo.cli, minigrpo_course.interview.practice, minigrpo_course.interview.notebook; "
-            "minigrpo.cli.build_parser(); print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
+    code = ("import sys, minigrpo_course.cli, minigrpo_course.interview.practice, minigrpo_course.interview.notebook; "
+            "minigrpo_course.cli.build_parser(); print(sorted(m for m in ('torch', 'numpy') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -10,7 +10,7 @@ from itertools import product
 import pytest
 import torch
 
-from minigrpo.cli import main
+from minigrpo_course.cli import main
 from minigrpo_course.interview import get
 from minigrpo_course.interview.bank import BankFormatError
 from minigrpo_course.interview.coding import (blank_page, check, elapsed, get_code_drill, load_code_drills, load_function,

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from minigrpo.cli import main
+from minigrpo_course.cli import main
 from minigrpo_course.interview import get
 from minigrpo_course.interview.bank import BankFormatError
 from minigrpo_course.interview.mock import clock_text, get_mock, load_mocks, parse_mock, run_mock

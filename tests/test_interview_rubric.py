@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from minigrpo.cli import main
+from minigrpo_course.cli import main
 from minigrpo_course.interview import get
 from minigrpo_course.interview.practice import parse_covered
 from minigrpo_course.interview.schedule import (FORMAT_VERSION, PROGRESS_ENV_VAR, WAITS, Progress, default_progress_path,
