@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from minigrpo_course.experiments.actor_critic import (bias_variance, cartpole_step, check_batched_physics, continuations,
-                                               lambda_sweep, mean_se, plot_bias_variance, plot_lambda_curves,
-                                               policy_episodes, print_bias_variance, print_lambda_table, smooth)
+                                                      lambda_sweep, mean_se, plot_bias_variance, plot_lambda_curves,
+                                                      policy_episodes, print_bias_variance, print_lambda_table, smooth)
 
 matplotlib.use("Agg")
 

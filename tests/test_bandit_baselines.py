@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minigrpo_course.experiments.bandit_baselines import (Bandit, GradientLab, autograd_score, samples_to, score_matrix,
-                                                   train_bandit)
+                                                          train_bandit)
 
 
 def small_bandit(K=32, A=4, D=3, seed=0):

@@ -11,8 +11,8 @@ from minigrpo.diffusion.grpo import DiffusionGRPOConfig, grpo_step_loss, sample_
 from minigrpo.diffusion.rewards import ink_reward
 from minigrpo.diffusion.sampler import ReverseProcess, ddim_scheduler
 from minigrpo_course.experiments.diffusion_credit import (DiffusionReinforceTrainer, continue_chain, reinforce_config,
-                                                   reward_bands, train_reinforce_seeds, undecided_variance,
-                                                   variance_split)
+                                                          reward_bands, train_reinforce_seeds, undecided_variance,
+                                                          variance_split)
 
 from tiny_diffusion import tiny_unet
 

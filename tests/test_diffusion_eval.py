@@ -8,7 +8,7 @@ import torch
 from minigrpo.diffusion.rewards import (DigitClassifier, DigitMLP, digits_classifier, digits_judge, train_classifier,
                                         training_half)
 from minigrpo_course.experiments.diffusion_eval import (judge_accuracy, mean_pairwise_distance, per_prompt_diversity,
-                                                 per_prompt_table, seed_table, spread)
+                                                        per_prompt_table, seed_table, spread)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -20,25 +20,25 @@ import torch
 from minigrpo_course.debugging.buggy_step import BUGS
 from minigrpo_course.grading import ex07
 from minigrpo_course.grading import (
-    EXERCISES,
-    CheckFailed,
-    Raised,
-    check,
-    compare,
-    get_item,
-    grade,
-    items,
-    run_item,
-    time_limit,
-)
+                                     EXERCISES,
+                                     CheckFailed,
+                                     Raised,
+                                     check,
+                                     compare,
+                                     get_item,
+                                     grade,
+                                     items,
+                                     run_item,
+                                     time_limit,
+                                     )
 from minigrpo_course.grading.core import IN_PLACE_HINT, Case, GradingTimeout, Item, Made, Spread, fresh, outcome
 from minigrpo_course.grading.notebooks import (
-    exercise_text,
-    find_notebook,
-    load_functions,
-    make_exercise_notebook,
-    sync_exercises,
-)
+                                               exercise_text,
+                                               find_notebook,
+                                               load_functions,
+                                               make_exercise_notebook,
+                                               sync_exercises,
+                                               )
 
 ROOT = Path(__file__).resolve().parents[1]
 ALL_ITEMS = [item for _, (_, its) in sorted(EXERCISES.items()) for item in its]

@@ -14,7 +14,7 @@ from minigrpo_course.cli import main
 from minigrpo_course.interview import get
 from minigrpo_course.interview.bank import BankFormatError
 from minigrpo_course.interview.coding import (blank_page, check, elapsed, get_code_drill, load_code_drills, load_function,
-                                       parse_code_drill, start, verdict)
+                                              parse_code_drill, start, verdict)
 from minigrpo_course.interview.drills import DRILLS, evaluate, get_drill, is_correct, key_text, run_drill
 from minigrpo_course.interview.flaws import load_flaws, parse_flaws, run_flaws
 

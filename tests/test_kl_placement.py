@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from minigrpo_course.experiments.kl_placement import (PLACEMENTS, TabularLM, categorical_placements, distance_sweep,
-                                               exact_kl_gradients, monte_carlo, per_sample_gradients,
-                                               placement_table, sequence_placements)
+                                                      exact_kl_gradients, monte_carlo, per_sample_gradients,
+                                                      placement_table, sequence_placements)
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -12,7 +12,7 @@ from minigrpo.control.ppo_penalty import (PPOPenaltyConfig, adaptive_kl_coef, pe
 from minigrpo_course.experiments.length_bias import expected_length, sample_group, train_lengths
 from minigrpo_course.experiments.ppo_ablations import clip_sides, slopes_by_side, surrogate_terms
 from minigrpo_course.experiments.ppo_drift import (epoch_drift, make_stale_update, on_arrival, print_drift_table,
-                                            print_stale_summary, probe_mean, run_stale, scan_gradient_direction)
+                                                   print_stale_summary, probe_mean, run_stale, scan_gradient_direction)
 from minigrpo_course.experiments.ppo_reports import plot_seed_bands, print_final_runs, print_solve_table
 
 

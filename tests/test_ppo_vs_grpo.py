@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 
 from minigrpo_course.experiments.ppo_vs_grpo import (LongHorizonConfig, credit_share, grpo_advantages, make_corridor,
-                                              ppo_advantages, train_long_horizon)
+                                                     ppo_advantages, train_long_horizon)
 
 
 class Const(nn.Module):

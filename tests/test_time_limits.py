@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from minigrpo_course.experiments.time_limits import (CASH_OUT_BONUS, CASH_OUT_ID, CASH_OUT_LIMIT, CashOutEnv,
-                                              cash_out_config, cash_out_probability, late_episode_length,
-                                              train_a2c_on_targets, value_of_working)
+                                                     cash_out_config, cash_out_probability, late_episode_length,
+                                                     train_a2c_on_targets, value_of_working)
 
 
 def test_cash_out_pays_one_per_step_of_work_and_the_bonus_once():

@@ -9,8 +9,8 @@ import torch
 
 from minigrpo.control import ActorCritic
 from minigrpo_course.experiments.trpo import (band, delta_sweep, first_solved, functional_view, kl_summary, plot_cg_vs_sd,
-                                       plot_trpo_runs, policy_batch, print_solved_table, print_step_sweep,
-                                       sampled_return, show_delta_sweep, step_length_sweep)
+                                              plot_trpo_runs, policy_batch, print_solved_table, print_step_sweep,
+                                              sampled_return, show_delta_sweep, step_length_sweep)
 from minigrpo.trust_region import flat_params, set_flat_params
 
 matplotlib.use("Agg")

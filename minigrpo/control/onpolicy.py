@@ -36,7 +36,7 @@ from minigrpo.control.rollouts import Rollout, RolloutCollector, evaluate, make_
 from minigrpo.infra.distributed import Distributed
 from minigrpo.losses import value_loss
 from minigrpo.infra.tracking import (Tracker, checkpoint_folder, load_state, resolve_checkpoint, rng_state, save_state,
-                               set_rng_state, should_log, should_save)
+                                     set_rng_state, should_log, should_save)
 from minigrpo.utils import seed_everything, torch_threads
 
 __all__ = ["GAELearner", "OnPolicyConfig", "Rollout", "RolloutCollector", "TrainResult", "explained_variance",

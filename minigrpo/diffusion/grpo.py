@@ -57,7 +57,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minigrpo.infra.checks import (at_least, check_config_types, check_finite, config_error, non_negative, one_of,
-                              positive)
+                                   positive)
 from minigrpo.advantages import SCALES, group_advantages
 from minigrpo.infra.distributed import Distributed
 from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProcess, ddim_scheduler,
@@ -65,7 +65,7 @@ from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProce
 from minigrpo.grpo_common import frozen_reference, mean_of, reward_metrics
 from minigrpo.losses import grpo_loss
 from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
-                               save_state, save_weights, should_log, should_save, trainer_state)
+                                     save_state, save_weights, should_log, should_save, trainer_state)
 
 RewardFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 

@@ -90,7 +90,7 @@ from minigrpo.llm.tasks import Problem, Task
 from minigrpo.grpo_common import frozen_reference, reference_policy, reward_metrics
 from minigrpo.losses import LOSS_TYPES, grpo_loss, truncated_importance_weights
 from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint, restore_trainer,
-                               save_state, save_weights, should_log, should_save, trainer_state)
+                                     save_state, save_weights, should_log, should_save, trainer_state)
 from minigrpo.utils import autocast_bf16, model_device
 
 KL_ESTIMATORS = ("k1", "k2", "k3")

@@ -17,20 +17,20 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 
 from minigrpo_course.grading.core import (
-    Call,
-    Case,
-    GradingTimeout,
-    Item,
-    ItemResult,
-    Made,
-    Raised,
-    Spread,
-    WrongAnswer,
-    compare,
-    grads,
-    run_item,
-    time_limit,
-)
+                                          Call,
+                                          Case,
+                                          GradingTimeout,
+                                          Item,
+                                          ItemResult,
+                                          Made,
+                                          Raised,
+                                          Spread,
+                                          WrongAnswer,
+                                          compare,
+                                          grads,
+                                          run_item,
+                                          time_limit,
+                                          )
 
 
 class _Exercises(Mapping):

@@ -18,7 +18,7 @@ from minigrpo.advantages import group_advantages
 from minigrpo_course.grading.core import Call, Case, Item, WrongAnswer, checked_by, f64
 from minigrpo_course.debugging.buggy_step import BUGS, StepConfig, StepRecord, buggy_grpo_step, make_batch
 from minigrpo_course.debugging.detections import (DETECTIONS, GROUP_SIZE, MAX_NEW_TOKENS, PROMPTS, TEMPERATURE,
-                                           debugging_setup)
+                                                  debugging_setup)
 from minigrpo.llm.sampling import position_ids_from_mask
 from minigrpo.losses import kl_estimate, token_logprobs
 

@@ -9,17 +9,17 @@ this package is imported.
 """
 
 from minigrpo_course.interview.bank import (
-    QUESTIONS,
-    SEED_QUESTIONS,
-    TOPIC_TITLES,
-    TOPICS,
-    Demo,
-    FollowUp,
-    Question,
-    by_topic,
-    for_seed,
-    get,
-)
+                                            QUESTIONS,
+                                            SEED_QUESTIONS,
+                                            TOPIC_TITLES,
+                                            TOPICS,
+                                            Demo,
+                                            FollowUp,
+                                            Question,
+                                            by_topic,
+                                            for_seed,
+                                            get,
+                                            )
 from minigrpo_course.interview.schedule import Progress
 from minigrpo_course.interview.seeds import SEED_SETS, seed_label
 

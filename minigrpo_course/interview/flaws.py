@@ -13,7 +13,7 @@ from importlib import resources
 from typing import TextIO
 
 from minigrpo_course.interview.bank import (_CODE_SPAN, BankFormatError, _blocks, _fields, _front_matter, _seeds,
-                                     _split_headings, get)
+                                            _split_headings, get)
 from minigrpo_course.interview.seeds import seed_label
 
 FLAWS_FILE = "questions/flaws.md"

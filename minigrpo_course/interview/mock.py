@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TextIO
 
 from minigrpo_course.interview.bank import (BankFormatError, Question, _blocks, _front_matter, _list_items, _split_headings,
-                                     get)
+                                            get)
 from minigrpo_course.interview.practice import WIDTH, _read_answer, _wrap, format_checklist, parse_covered
 from minigrpo_course.interview.schedule import Progress, rating_from_checklist
 from minigrpo_course.interview.seeds import SeedSet, seed_set
