@@ -12,8 +12,9 @@ import pytest
 from minigrpo_course.cli import main
 from minigrpo_course.interview import get
 from minigrpo_course.interview.bank import BankFormatError
-from minigrpo_course.interview.mock import clock_text, get_mock, load_mocks, parse_mock, run_mock
+from minigrpo_course.interview.mock import get_mock, load_mocks, parse_mock, run_mock
 from minigrpo_course.interview.schedule import Progress
+from minigrpo_course.interview.terminal import clock_text
 from minigrpo_course.interview.seeds import SEED_SETS
 
 

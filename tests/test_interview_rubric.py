@@ -10,9 +10,9 @@ import pytest
 
 from minigrpo_course.cli import main
 from minigrpo_course.interview import get
-from minigrpo_course.interview.practice import parse_covered
 from minigrpo_course.interview.schedule import (FORMAT_VERSION, PROGRESS_ENV_VAR, WAITS, Progress, default_progress_path,
                                                 item_key, migrate, rating_from_checklist)
+from minigrpo_course.interview.terminal import parse_covered
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 

@@ -270,7 +270,7 @@ def test_lessons_end_with_an_interview_corner(path):
 
 def test_algorithms_do_not_import_the_course_tooling():
     # the library stands alone: grading and interview practice build on it, never the reverse. Docstrings may name
-    # the course package (where a lesson's study lives); code may not
+    # the course package (where a lesson's study lives); code may not (tests/test_import_graph.py reads the imports)
     for path in LIBRARY.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):

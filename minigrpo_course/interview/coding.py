@@ -182,7 +182,7 @@ def check(drill: CodeDrill, path: Path | str, now: datetime | None = None):
 
 
 def verdict(drill: CodeDrill, result, seconds: float | None) -> str:
-    from minigrpo_course.interview.mock import clock_text
+    from minigrpo_course.interview.terminal import clock_text
 
     if not result.passed and all(c.message.startswith("no function named") for c in result.cases):
         lines = [f"✗ the file defines no function {drill.function}() yet: all {len(result.cases)} hidden tests fail"]

@@ -406,7 +406,7 @@ class StopDrill(Exception):
 
 def run_drill(drill: Drill, stdin: TextIO, stdout: TextIO, tries: int = 2) -> tuple[int, int]:
     """Walk through the steps; returns (steps right at the first try, steps answered). 'q' stops."""
-    from minigrpo_course.interview.practice import WIDTH, _wrap
+    from minigrpo_course.interview.terminal import WIDTH, _wrap
 
     def say(text: str = "") -> None:
         print(text, file=stdout, flush=True)

@@ -61,7 +61,7 @@ def load_flaws() -> tuple[Flaw, ...]:
 
 def run_flaws(stdin: TextIO, stdout: TextIO, count: int | None = None, seed: int | None = None) -> tuple[int, int]:
     """Show the cards (all, or ``count`` random ones); returns (spotted, shown). 'q' stops."""
-    from minigrpo_course.interview.practice import WIDTH, _read_answer, _wrap
+    from minigrpo_course.interview.terminal import WIDTH, _read_answer, _wrap
 
     cards = list(load_flaws())
     if count is not None:

@@ -30,9 +30,9 @@ from typing import TextIO
 
 from minigrpo_course.interview.bank import (BankFormatError, Question, _blocks, _front_matter, _list_items, _split_headings,
                                             get)
-from minigrpo_course.interview.practice import WIDTH, _read_answer, _wrap, format_checklist, parse_covered
 from minigrpo_course.interview.schedule import Progress, rating_from_checklist
 from minigrpo_course.interview.seeds import SeedSet, seed_set
+from minigrpo_course.interview.terminal import WIDTH, _read_answer, _wrap, clock_text, format_checklist, parse_covered
 
 #: the rounds are ``mock_*.md`` files next to the topic files (inside the package ``minigrpo_course.interview``)
 MOCKS_DIR = "questions"
@@ -159,11 +159,6 @@ def get_mock(name: str) -> Mock:
 # --------------------------------------------------------------------------------------------
 # Running a round
 # --------------------------------------------------------------------------------------------
-
-
-def clock_text(seconds: float) -> str:
-    seconds = int(round(seconds))
-    return f"{seconds // 60}:{seconds % 60:02d}"
 
 
 def _quote(text: str) -> str:

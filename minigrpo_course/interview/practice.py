@@ -26,50 +26,16 @@ from typing import TextIO
 
 from minigrpo_course.interview.bank import QUESTIONS, SEED_QUESTIONS, TOPICS, Question, by_topic, get
 from minigrpo_course.interview.schedule import PROGRESS_ENV_VAR, RATINGS, Progress, check_rating
+from minigrpo_course.interview.terminal import WIDTH, _read_answer, _wrap, format_checklist, parse_covered
 
 #: exit status after Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
-
-WIDTH = 100
-
-
-def _wrap(text: str, indent: str = "  ") -> str:
-    """Wrap each paragraph to WIDTH; lines inside ``` code blocks are kept as they are."""
-    out: list[str] = []
-    para: list[str] = []
-    in_code = False
-
-    def flush() -> None:
-        if para:
-            out.append(textwrap.fill(" ".join(para), WIDTH, initial_indent=indent, subsequent_indent=indent,
-                                     break_on_hyphens=False))
-            para.clear()
-
-    for line in text.splitlines():
-        if line.startswith("```"):
-            flush()
-            in_code = not in_code
-        elif in_code:
-            out.append(indent + line)
-        elif not line.strip():
-            flush()
-            out.append("")
-        else:
-            para.append(line.strip())
-    flush()
-    return "\n".join(out)
-
 
 def format_question(q: Question) -> str:
     where = f'{q.demo.notebook}, the cell with "{q.demo.fragment}"'
     seeds = "; ".join(q.seed_labels)
     return (f"[{q.id}] topic: {q.topic}; asked in {seeds}\n\n{_wrap(q.question)}\n\n"
             f"  see it in lesson {q.demo.lesson}: {where}")
-
-
-def format_checklist(q: Question) -> str:
-    return "\n".join(textwrap.fill(item, WIDTH, initial_indent=f"  {i:>2}. ", subsequent_indent="      ")
-                     for i, item in enumerate(q.checklist, 1))
 
 
 def format_reveal(q: Question) -> str:
@@ -87,19 +53,6 @@ def format_followups(q: Question) -> str:
     return "\n\n".join(parts)
 
 
-def _read_answer(stdin: TextIO, stdout: TextIO) -> str | None:
-    """Lines until an empty line; None at end of input."""
-    print("Your answer (finish with an empty line):", file=stdout, flush=True)
-    lines = []
-    while True:
-        line = stdin.readline()
-        if not line:
-            return "\n".join(lines) if lines else None
-        if not line.strip():
-            return "\n".join(lines)
-        lines.append(line.rstrip("\n"))
-
-
 def parse_rating(text: str | int) -> int:
     """``"2"`` -> 2; anything but 0, 1, 2 or 3 is a ValueError that names the valid ratings."""
     if isinstance(text, str):
@@ -107,28 +60,6 @@ def parse_rating(text: str | int) -> int:
         if re.fullmatch(r"[+-]?\d+", text):
             text = int(text)
     return check_rating(text)
-
-
-def parse_covered(text: str, n_items: int) -> list[int]:
-    """The checklist items a learner says they covered, as 0-based indices: ``"1 3 4"``, ``"1,3-5"``,
-    ``"all"`` or ``"none"``. Anything else is a ValueError that says what to type."""
-    words = text.replace(",", " ").split()
-    if len(words) == 1 and words[0].lower() in ("all", "none"):
-        return list(range(n_items)) if words[0].lower() == "all" else []
-    hint = (f"type the numbers of the checklist items your answer covered (1 to {n_items}), e.g. 1 3 4 or 2-5, "
-            "or all, or none")
-    if not words:
-        raise ValueError(f"{hint}; got nothing")
-    covered: set[int] = set()
-    for w in words:
-        m = re.fullmatch(r"(\d+)(?:-(\d+))?", w)
-        if not m:
-            raise ValueError(f"{hint}; got {text.strip()!r}")
-        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-        if not 1 <= lo <= hi <= n_items:
-            raise ValueError(f"the checklist has items 1 to {n_items}; got {w!r}")
-        covered.update(range(lo - 1, hi))
-    return sorted(covered)
 
 
 def _read_covered(stdin: TextIO, stdout: TextIO, n_items: int) -> list[int] | None:
