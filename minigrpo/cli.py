@@ -273,13 +273,17 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argpa
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv)
+def run(args: argparse.Namespace) -> int:
+    """Run the parsed command; Ctrl-C stops it with one line and exit status 130."""
     try:
         return args.func(args)
     except KeyboardInterrupt:
         print(f"\nminigrpo {args.command}: interrupted", file=sys.stderr)
         return INTERRUPTED
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(parse_args(build_parser(), argv))
 
 
 if __name__ == "__main__":

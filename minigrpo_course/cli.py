@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from minigrpo import __version__
-from minigrpo.cli import INTERRUPTED, _error, _one_line, _shown, add_train_parser, parse_args
+from minigrpo.cli import INTERRUPTED, _error, _one_line, _shown, add_train_parser, parse_args, run
 from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke
 from minigrpo_course.progress import repo_root
 
@@ -347,10 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(build_parser(), argv)
     try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        print(f"\nminigrpo {args.command}: interrupted", file=sys.stderr)
-        return INTERRUPTED
+        return run(args)   # Ctrl-C: one line, exit status 130
     except ModuleNotFoundError as exc:
         if exc.name not in COURSE_MODULES:
             raise
