@@ -242,3 +242,89 @@ def test_checkpoint_errors_and_the_older_names(tok, tmp_path):
     assert (old.output_dir, old.save_steps) == ("runs/x", 5)
     with pytest.raises(ValueError, match=r"^GRPOConfig\.checkpoint_dir must be output_dir's value"):
         GRPOConfig(checkpoint_dir="runs/x", output_dir="runs/y")
+
+
+# --------------------------------------------------------------------------- nothing lost: atomic writes, fallback
+def _damage(folder, how: str) -> None:
+    """What a kill -9 during a save (or a disk) leaves: an empty state, a cut weights file, a missing file."""
+    if how == "empty trainer_state.pt":
+        (folder / "trainer_state.pt").write_bytes(b"")
+    elif how == "truncated model.safetensors":
+        data = (folder / "model.safetensors").read_bytes()
+        (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    elif how == "truncated trainer_state.pt":
+        data = (folder / "trainer_state.pt").read_bytes()
+        (folder / "trainer_state.pt").write_bytes(data[: len(data) - 100])
+    elif how == "missing model.safetensors":
+        (folder / "model.safetensors").unlink()
+    else:
+        (folder / "trainer_state.pt").unlink()
+
+
+@pytest.mark.parametrize("how", ["empty trainer_state.pt", "truncated trainer_state.pt", "truncated model.safetensors",
+                                 "missing model.safetensors", "missing trainer_state.pt"])
+def test_resume_skips_a_damaged_newest_checkpoint_with_one_warning(tok, tmp_path, how):
+    """Checkpoints 1, 2, 3; the newest damaged as a crash would leave it: resuming warns once, naming it, and
+    continues from checkpoint-2, reproducing the uninterrupted run exactly."""
+    straight = llm_trainer(tok).train(progress=False)
+    llm_trainer(tok, max_steps=3, output_dir=str(tmp_path), save_steps=1).train(progress=False)
+    _damage(tmp_path / "checkpoint-3", how)
+    with pytest.warns(UserWarning) as caught:
+        resumed = llm_trainer(tok, output_dir=str(tmp_path), resume_from_checkpoint=True).train(progress=False)
+    messages = [str(w.message) for w in caught if "damaged checkpoint" in str(w.message)]
+    assert len(messages) == 1 and "checkpoint-3" in messages[0], messages
+    assert resumed.history["step"] == [1, 2, 3, 4]
+    same_history(straight.history, resumed.history)
+    same_parameters(straight.model, resumed.model)
+
+
+def test_no_whole_checkpoint_is_one_sentence_before_any_training(tok, tmp_path):
+    llm_trainer(tok, max_steps=2, output_dir=str(tmp_path), save_steps=1).train(progress=False)
+    _damage(tmp_path / "checkpoint-1", "empty trainer_state.pt")
+    _damage(tmp_path / "checkpoint-2", "truncated model.safetensors")
+    trainer = llm_trainer(tok, output_dir=str(tmp_path), resume_from_checkpoint=True)
+    before = {k: v.clone() for k, v in trainer.model.state_dict().items()}
+    with pytest.warns(UserWarning, match="damaged"), pytest.raises(FileNotFoundError) as info:
+        trainer.train(progress=False)
+    assert str(info.value).startswith("GRPOConfig.resume_from_checkpoint=True: no checkpoint in")
+    assert "checkpoint-2: model.safetensors is damaged" in str(info.value) and "\n" not in str(info.value)
+    assert trainer.step_count == 0 and all(torch.equal(before[k], v) for k, v in trainer.model.state_dict().items())
+    with pytest.raises(ValueError, match=r"checkpoint-1 is damaged \(trainer_state.pt is empty\)"):
+        llm_trainer(tok, resume_from_checkpoint=str(tmp_path / "checkpoint-1")).train(progress=False)
+
+
+def test_a_checkpoint_save_that_fails_midway_leaves_the_previous_one(tok, tmp_path, monkeypatch):
+    """save_checkpoint writes into a temporary folder and renames it into place: a crash after the weights were
+    written (here torch.save raising on the trainer state) leaves the earlier checkpoint of that folder untouched and
+    no temporary folder behind."""
+    import minigrpo.infra.atomic as atomic
+
+    trainer = llm_trainer(tok, max_steps=1)
+    folder = trainer.save_checkpoint(tmp_path / "ckpt")
+    saved = {p.name: p.read_bytes() for p in folder.iterdir()}
+    trainer.step()
+
+    def crash(obj, path):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(atomic, "atomic_torch_save", crash)
+    monkeypatch.setattr("minigrpo.infra.tracking.atomic_torch_save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.save_checkpoint(tmp_path / "ckpt")
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == saved
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_atomic_json_keeps_the_old_file_when_a_write_fails(tmp_path):
+    import json
+    import os
+
+    from minigrpo.infra.atomic import atomic_write_json
+
+    path = atomic_write_json(tmp_path / "results.json", {"a": 1})
+    umask = os.umask(0)
+    os.umask(umask)
+    assert json.loads(path.read_text()) == {"a": 1} and path.stat().st_mode & 0o777 == 0o666 & ~umask
+    with pytest.raises(TypeError):
+        atomic_write_json(path, {"a": object()})  # not JSON: fails before anything replaces the file
+    assert json.loads(path.read_text()) == {"a": 1} and [p.name for p in tmp_path.iterdir()] == ["results.json"]

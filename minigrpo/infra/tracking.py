@@ -11,6 +11,11 @@ has one, so the folder loads like any saved model) and ``trainer_state.pt``: the
 optimizer's state and every random state the run draws from (Python's, NumPy's and torch's global
 generators and the trainer's own ``random.Random`` / ``torch.Generator`` / ``numpy`` generators). Loading
 all of it makes a resumed run take exactly the steps an uninterrupted run would have taken.
+
+Nothing is lost to a crash: a trainer writes a checkpoint into a temporary folder and renames it into place
+(``minigrpo.infra.atomic``), and :func:`save_state` writes its files all or nothing. Resuming from "the latest"
+(``resume_from_checkpoint=True``) skips a damaged newest checkpoint (:func:`checkpoint_problem`: an empty or
+truncated file, a missing weights file) with one warning naming it, and takes the previous good one.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ import json
 import random
 import re
 import time
+import warnings
+import zipfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from minigrpo.infra.atomic import atomic_torch_save, atomic_write_json
 from minigrpo.infra.distributed import is_main_process
 
 #: The values ``report_to`` accepts (alone, or several in a list).
@@ -151,12 +159,63 @@ def checkpoint_folder(output_dir: str | Path, step: int) -> Path:
     return Path(output_dir) / f"{CHECKPOINT_PREFIX}{step}"
 
 
+def checkpoints(output_dir: str | Path) -> list[Path]:
+    """The ``checkpoint-<step>`` folders of ``output_dir``, newest (highest step) first."""
+    found = [(int(m.group(1)), p) for p in Path(output_dir).glob(f"{CHECKPOINT_PREFIX}*")
+             if (m := re.fullmatch(rf"{CHECKPOINT_PREFIX}(\d+)", p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found, reverse=True)]
+
+
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     """The ``checkpoint-<step>`` folder of ``output_dir`` with the highest step that holds a trainer state."""
-    folder = Path(output_dir)
-    found = [(int(m.group(1)), p) for p in folder.glob(f"{CHECKPOINT_PREFIX}*")
-             if (m := re.fullmatch(rf"{CHECKPOINT_PREFIX}(\d+)", p.name)) and (p / STATE_FILE).is_file()]
-    return max(found)[1] if found else None
+    return next((p for p in checkpoints(output_dir) if (p / STATE_FILE).is_file()), None)
+
+
+def checkpoint_problem(folder: str | Path, needs_state: bool = True) -> str | None:
+    """Why ``folder`` cannot be resumed from, in a few words, or None when it looks whole.
+
+    Cheap checks that catch what an interrupted write leaves (nothing is unpickled): the trainer state and every
+    ``.pt``/``.bin`` file is a complete zip archive (``torch.save``'s format: a cut one has lost its central
+    directory), every ``.safetensors`` file covers what its header promises, every ``.json`` parses, a model's
+    weights are there (``config.json`` or ``adapter_config.json`` without them: a missing file), and the same in
+    sub-folders (a LoRA checkpoint's ``base_model/``)."""
+    folder = Path(folder)
+    if needs_state and not (folder / STATE_FILE).is_file():
+        return f"no {STATE_FILE}"
+    entries = sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    for path in entries:
+        problem = checkpoint_problem(path, False) if path.is_dir() else _file_problem(path)
+        if problem is not None:
+            return f"{path.name}/{problem}" if path.is_dir() else problem
+    names = {p.name for p in entries}
+    if "adapter_config.json" in names and not names & {"adapter_model.safetensors", "adapter_model.bin"}:
+        return "adapter_model.safetensors is missing (the adapters' weights)"
+    weights = [n for n in names if n.endswith((".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json"))]
+    if "config.json" in names and not weights:  # a transformers or diffusers model folder without its weights
+        return "model.safetensors is missing (the model's weights)"
+    return None
+
+
+def _file_problem(path: Path) -> str | None:
+    if path.stat().st_size == 0:
+        return f"{path.name} is empty"
+    try:
+        if path.suffix in (".pt", ".bin"):
+            zipfile.ZipFile(path).close()  # reads the central directory at the end: gone if the file was cut
+        elif path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), "pt"):  # checks that the data covers what the header lists
+                pass
+        elif path.suffix == ".json":
+            index = json.loads(path.read_text())
+            shards = set(index.get("weight_map", {}).values()) if path.name.endswith(".index.json") else set()
+            missing = sorted(s for s in shards if not (path.parent / s).is_file())
+            if missing:
+                return f"{missing[0]} is missing (a shard {path.name} lists)"
+    except Exception as exc:  # noqa: BLE001 - any failure to read it means "damaged"
+        return f"{path.name} is damaged ({type(exc).__name__})"
+    return None
 
 
 def should_save(step: int, save_steps: int, last_step: int) -> bool:
@@ -165,21 +224,36 @@ def should_save(step: int, save_steps: int, last_step: int) -> bool:
 
 
 def resolve_checkpoint(cfg: Any, value: str | Path | bool | None) -> Path | None:
-    """Where to resume from: ``True`` is the latest checkpoint in ``cfg.output_dir``; a path is that folder."""
+    """Where to resume from: ``True`` is the latest good checkpoint in ``cfg.output_dir`` (a damaged newer one is
+    skipped with one warning naming it); a path is that folder, which must be whole. An error in one sentence when
+    there is none: call this before any training, so that a run never trains first and fails after."""
     if value is None or value is False:
         return None
     name = type(cfg).__name__
     if value is True:
         if cfg.output_dir is None:
             raise ValueError(f"{name}.resume_from_checkpoint=True needs {name}.output_dir (where to look)")
-        found = latest_checkpoint(cfg.output_dir)
-        if found is None:
+        found = checkpoints(cfg.output_dir)
+        if not found:
             raise FileNotFoundError(f"{name}.resume_from_checkpoint=True: no {CHECKPOINT_PREFIX}<step> folder "
                                     f"with a {STATE_FILE} in {cfg.output_dir}")
-        return found
+        skipped = []
+        for folder in found:
+            problem = checkpoint_problem(folder)
+            if problem is None:
+                return folder
+            warnings.warn(f"skipping the damaged checkpoint {folder} ({problem}); trying the previous one",
+                          stacklevel=2)
+            skipped.append(f"{folder.name}: {problem}")
+        raise FileNotFoundError(f"{name}.resume_from_checkpoint=True: no checkpoint in {cfg.output_dir} is whole "
+                                f"({'; '.join(skipped)})")
     path = Path(value)
     if not (path / STATE_FILE).is_file():
         raise FileNotFoundError(f"{name}.resume_from_checkpoint: {path} holds no {STATE_FILE} (not a checkpoint)")
+    problem = checkpoint_problem(path)
+    if problem is not None:
+        raise ValueError(f"{name}.resume_from_checkpoint: {path} is damaged ({problem}); resume from an earlier "
+                         f"checkpoint, or resume_from_checkpoint=True for the latest whole one")
     return path
 
 
@@ -262,12 +336,13 @@ def load_weights(model: torch.nn.Module, folder: str | Path) -> None:
 
 
 def save_state(folder: str | Path, state: Mapping[str, Any], config: Any = None) -> None:
-    """``trainer_state.pt`` (and the config as readable JSON, when given) in ``folder``."""
+    """``trainer_state.pt`` (and the config as readable JSON, when given) in ``folder``, each file written whole
+    (a temporary file renamed into place). A trainer that writes several files puts them in one
+    ``atomic_folder`` (``minigrpo.infra.atomic``) so that the checkpoint appears whole or not at all."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    torch.save(dict(state), folder / STATE_FILE)
+    atomic_torch_save(dict(state), folder / STATE_FILE)  # all or nothing: a crash never leaves half a file
     if config is not None:
-        (folder / "trainer_config.json").write_text(json.dumps(config, indent=2, default=str))
+        atomic_write_json(folder / "trainer_config.json", config, indent=2, default=str)
 
 
 def load_state(folder: str | Path) -> dict[str, Any]:
@@ -295,6 +370,6 @@ def restore_trainer(trainer: Any, folder: str | Path) -> dict[str, Any]:
 
 
 __all__ = ["CHECKPOINT_PREFIX", "PACKAGES", "REPORT_TO", "STATE_FILE", "Tracker", "check_report_to",
-           "checkpoint_folder", "default_logging_dir", "latest_checkpoint", "load_state", "load_weights",
+           "checkpoint_folder", "checkpoint_problem", "checkpoints", "default_logging_dir", "latest_checkpoint", "load_state", "load_weights",
            "report_targets", "resolve_checkpoint", "restore_trainer", "rng_state", "save_state", "save_weights",
            "set_rng_state", "should_log", "should_save", "trainer_state"]

@@ -80,6 +80,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import TrainerState
 
+from minigrpo.infra.atomic import atomic_folder
 from minigrpo.infra.distributed import Distributed
 from minigrpo.infra.checks import at_least, check_config_types, config_error, non_negative, one_of, positive
 from minigrpo.advantages import SCALES, group_advantages
@@ -389,7 +390,10 @@ class GRPOTrainer:
     def save(self, folder: str | Path) -> None:
         """The model, tokenizer and config (loadable with ``from_pretrained``); no trainer state. With LoRA the
         model part is the adapter folder (``PeftModel.from_pretrained(base_model, folder)`` loads it)."""
-        folder = Path(folder)
+        with atomic_folder(folder) as tmp:  # written beside, then renamed into place: whole or not at all
+            self._write_model(tmp)
+
+    def _write_model(self, folder: Path) -> None:
         save_weights(self.model, folder)
         self.tokenizer.save_pretrained(folder)
         (folder / "grpo_config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
@@ -400,8 +404,9 @@ class GRPOTrainer:
         if folder is None and self.cfg.output_dir is None:
             raise ValueError("save_checkpoint() needs a folder, or GRPOConfig.output_dir to put checkpoint-<step> in")
         folder = Path(folder) if folder is not None else checkpoint_folder(self.cfg.output_dir, self.step_count)
-        self.save(folder)
-        save_state(folder, trainer_state(self, evals=self.evals))
+        with atomic_folder(folder) as tmp:  # a crash mid-save leaves the previous checkpoint, never half of one
+            self._write_model(tmp)
+            save_state(tmp, trainer_state(self, evals=self.evals))
         return folder
 
     def load_checkpoint(self, folder: str | Path) -> None:

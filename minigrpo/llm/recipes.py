@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from minigrpo.infra.atomic import atomic_write_json
 from minigrpo.infra.checks import _expected, check_config_types, one_of
 from minigrpo.llm.grpo import GRPOConfig, GRPOResult, train_grpo
 from minigrpo.llm.gsm8k import ALPHABET as GSM8K_ALPHABET
@@ -293,6 +294,4 @@ def save_run(folder: str | Path, recipe: Recipe, result: RecipeResult, **extra) 
               "grpo_eval": result.grpo_eval, "sft_history": result.sft_history,
               "grpo_history": result.grpo.history if result.grpo else {},
               "grpo_evals": result.grpo.evals if result.grpo else []}
-    path = folder / "results.json"
-    path.write_text(json.dumps(record, indent=1, default=str))
-    return path
+    return atomic_write_json(folder / "results.json", record, indent=1, default=str)  # whole or not at all
