@@ -37,9 +37,25 @@ def _rows(gen: Generation, rows: slice) -> Generation:
                                        if isinstance(getattr(gen, f.name), torch.Tensor)})
 
 
-def _one_step(trainer, problems, gen, rewards, info):
-    """One optimizer step on a given rollout; returns (parameters, gradients as clipped, grad_norm, loss stats)."""
-    metrics = trainer.update(trainer.prepare(problems, gen, rewards, info))
+def _recording(trainer):
+    """Record what the trainer's next step draws: its problems and its completions."""
+    drawn = {"problems": [], "gen": []}
+    sample, sampler = trainer.task.sample, trainer.sample_completions
+    trainer.task.sample = lambda rng: drawn["problems"].append(sample(rng)) or drawn["problems"][-1]
+    trainer.sample_completions = lambda *a, **k: drawn["gen"].append(sampler(*a, **k)) or drawn["gen"][-1]
+    return drawn
+
+
+def _replaying(trainer, problems, gen):
+    """Make the trainer's next step draw these problems and these completions (a rollout made elsewhere)."""
+    queue = iter(problems)
+    trainer.task.sample = lambda rng: next(queue)
+    trainer.sample_completions = lambda *a, **k: gen
+
+
+def _one_step(trainer):
+    """One GRPO step; returns (parameters, gradients as clipped, metrics)."""
+    metrics = trainer.step()
     params = [p.detach().clone() for p in trainer.model.parameters()]
     grads = [p.grad.detach().clone() for p in trainer.model.parameters()]
     return params, grads, metrics
@@ -49,16 +65,16 @@ def _worker(rank, port, batches, state, out_dir):
     join_as_launched(rank, port)
     tok = build_char_tokenizer()
     results = {}
-    for (loss_type, accum), (problems, gen, rewards, info) in zip(CASES, batches):
+    for (loss_type, accum), (problems, gen) in zip(CASES, batches):
         model = make_tiny_model(tok, seed=2 + rank)  # different weights on rank 1: the broadcast must fix them
         if rank == 0:
             model.load_state_dict(state)
         trainer = _trainer(model, tok, loss_type, accum, PROMPTS // 2)
         assert (trainer.dist.rank, trainer.dist.world_size) == (rank, 2)
         half = PROMPTS // 2 * G
-        mine = slice(rank * half, (rank + 1) * half)
-        results[loss_type] = _one_step(trainer, problems[rank * PROMPTS // 2:(rank + 1) * PROMPTS // 2],
-                                       _rows(gen, mine), rewards[mine], info)
+        _replaying(trainer, problems[rank * PROMPTS // 2:(rank + 1) * PROMPTS // 2],
+                   _rows(gen, slice(rank * half, (rank + 1) * half)))
+        results[loss_type] = _one_step(trainer)
     folder = os.path.join(out_dir, "checkpoint")  # a resume: rank 0 saves, every rank loads
     if rank == 0:
         trainer.save_checkpoint(folder)
@@ -69,8 +85,8 @@ def _worker(rank, port, batches, state, out_dir):
 
 
 def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, one_torch_thread):
-    """For each loss_type: the same global rollout (4 prompts x 4) — one process steps on all of it, two gloo
-    processes on two groups each; (clipped) gradients and grad_norm agree to float32 rounding (1e-4 relative, the
+    """For each loss_type: the same global rollout (4 prompts x 4, drawn by the one-process step and replayed to the
+    ranks) — one process steps on all of it, two gloo processes on two groups each; (clipped) gradients and grad_norm agree to float32 rounding (1e-4 relative, the
     sum of two halves against one sum), parameters after AdamW (lr 1e-2) within 1e-6
     (where |grad| > 1e-6); and
     both ranks end with the same weights. Resumed from rank 0's checkpoint, the ranks still draw apart."""
@@ -83,10 +99,10 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
     for loss_type, accum in CASES:
         model = make_tiny_model(tok, seed=0)
         trainer = _trainer(model, tok, loss_type, accum, PROMPTS)
-        rollout = trainer.rollout()
-        assert rollout[2].view(PROMPTS, G).std(1).min() > 0  # every group has a spread: every row counts
-        batches.append(rollout)
-        expected[loss_type] = _one_step(trainer, *rollout)
+        drawn = _recording(trainer)
+        expected[loss_type] = _one_step(trainer)
+        assert expected[loss_type][2]["frac_reward_zero_std"] == 0.0  # every group has a spread: every row counts
+        batches.append((drawn["problems"], drawn["gen"][0]))
     mp.start_processes(_worker, args=(free_port(), batches, state, str(tmp_path)), nprocs=2, join=True,
                        start_method=START)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]

@@ -146,6 +146,19 @@ def _trainer(tok, model, **kw):
     return GRPOTrainer(model, tok, AdditionTask(eval_size=10), cfg)
 
 
+def _rollout(trainer):
+    """What a GRPO step's rollout makes, drawn as the trainer draws it: G completions for each of its
+    prompts_per_step problems (its prompt stream, its sampler, its generator) and their rewards ``[B]``."""
+    cfg, G = trainer.cfg, trainer.cfg.num_generations
+    problems = [trainer.task.sample(trainer.rng) for _ in range(cfg.prompts_per_step)]
+    gen = trainer.sample_completions(trainer.model.eval(), trainer.tokenizer, [p.prompt for p in problems], G,
+                                     trainer.max_len, cfg.temperature, generator=trainer.gen,
+                                     use_chat_template=False, system_prompt=None)
+    texts, finished = gen.texts(trainer.tokenizer), gen.finished.tolist()
+    rewards = torch.tensor([trainer.task.reward(problems[i // G], t, f) for i, (t, f) in enumerate(zip(texts, finished))])
+    return gen, rewards
+
+
 def _flat_grad(model):
     return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
                       for p in model.parameters()])
@@ -157,7 +170,7 @@ def test_mu_one_gradient_is_reinforce(tok):
     trainer = _trainer(tok, model, learning_rate=0.0, loss_type="dapo")
     # the gradient of the REINFORCE loss on a batch, by hand
     torch.manual_seed(0)
-    problems, gen, rewards, _ = trainer.rollout()
+    gen, rewards = _rollout(trainer)
     from minigrpo.advantages import group_advantages
     adv = group_advantages(rewards, 4)
     rows = torch.arange(rewards.numel())
@@ -198,7 +211,7 @@ def test_all_equal_groups_give_zero_gradient(tok, monkeypatch):
 def test_tokens_after_eos_change_neither_loss_nor_gradient(tok):
     model = make_tiny_model(tok, "llama", seed=3, hidden_size=32)
     trainer = _trainer(tok, model)
-    _, gen, rewards, _ = trainer.rollout()
+    gen, rewards = _rollout(trainer)
     from minigrpo.advantages import group_advantages
     adv = group_advantages(rewards + torch.arange(16.0) * 0.01, 4)  # non-zero advantages everywhere
 
@@ -383,9 +396,13 @@ def test_bf16_keeps_float32_masters_and_reports_the_sampler_trainer_gap(tok):
 
 
 def test_truncated_completions_get_no_loss_but_keep_their_place_in_the_normaliser(tok, monkeypatch):
-    """mask_truncated_completions (TRL's meaning): the gradient equals the "grpo" loss over every completion with
-    the unfinished ones' masks zeroed (each sequence weighs 1/B, B counting the truncated ones)."""
+    """mask_truncated_completions (TRL's meaning): the step's gradient equals the "grpo" loss over every completion
+    with the unfinished ones' masks zeroed (each sequence weighs 1/B, B counting the truncated ones). The step runs
+    at learning rate 0 without clipping, so its gradient stays in ``.grad``."""
     import minigrpo.llm.grpo as grpo_module
+    from minigrpo.advantages import group_advantages
+
+    drawn = []
 
     def half_finished(*args, **kwargs):  # every other row ends at its second token: a mix of both kinds
         g = generate(*args, **kwargs)
@@ -393,22 +410,22 @@ def test_truncated_completions_get_no_loss_but_keep_their_place_in_the_normalise
         ids[::2, 1], ids[::2, 2:] = tok.eos_token_id, tok.pad_token_id
         ids[1::2] = torch.where(ids[1::2] == tok.eos_token_id, torch.full_like(ids[1::2], 7), ids[1::2])
         mask = completion_mask(ids, tok.eos_token_id)
-        return type(g)(g.prompt_ids, g.prompt_mask, ids, mask, g.sampler_logprobs * mask, (ids == 2).any(1), g.stop_ids)
+        drawn.append(type(g)(g.prompt_ids, g.prompt_mask, ids, mask, g.sampler_logprobs * mask, (ids == 2).any(1),
+                             g.stop_ids))
+        return drawn[-1]
 
     monkeypatch.setattr(grpo_module, "generate", half_finished)
     model = make_tiny_model(tok, "llama", seed=3, hidden_size=32)
-    trainer = _trainer(tok, model, learning_rate=0.0, loss_type="grpo", mask_truncated_completions=True)
+    trainer = _trainer(tok, model, learning_rate=0.0, loss_type="grpo", mask_truncated_completions=True,
+                       max_grad_norm=float("inf"))
     trainer.task.reward = lambda p, t, f=True: float(len(t))  # a spread in every group
-    problems, gen, rewards, info = trainer.rollout()
-    batch = trainer.prepare(problems, gen, rewards, info)
+    trainer.step()
+    gen = drawn[0]
     assert gen.finished.tolist() == [True, False] * 8
-    assert torch.cat(batch.micro_batches).tolist() == list(range(0, 16, 2)) and batch.num_sequences == 16
-    model.zero_grad()
-    for rows, sl in batch.slices():
-        trainer.compute_loss(batch, rows, sl)[0].backward()
     mine = _flat_grad(model).clone()
     model.zero_grad()
+    advantages = group_advantages(torch.tensor([float(len(t)) for t in gen.texts(tok)]), 4)
     logp = completion_logprobs(model, gen, torch.arange(16), 1.0)
     masked = gen.completion_mask * gen.finished.unsqueeze(1)
-    grpo_loss(logp, logp.detach(), batch.advantages, masked, "grpo", 0.2)[0].backward()
+    grpo_loss(logp, logp.detach(), advantages, masked, "grpo", 0.2)[0].backward()
     torch.testing.assert_close(mine, _flat_grad(model), rtol=1e-5, atol=1e-8)

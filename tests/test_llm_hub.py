@@ -178,7 +178,9 @@ def test_lora_grpo_and_evaluation_on_a_qwen_like_checkpoint(sft_folder, tmp_path
                if not torch.equal(p, sft_weights.get(n.replace("base_model.model.", "").replace(".base_layer", ""),
                                                      torch.empty(0)))}
     assert changed and all("lora_" in n for n in changed)  # only adapter weights changed
-    _, gen, _, _ = trainer.rollout()
+    prompts = [p.prompt for p in _task().eval_set[:4]]
+    gen = generate(trainer.model, tok, prompts, 4, 8, use_chat_template=True, system_prompt=SYSTEM,
+                   generator=torch.Generator().manual_seed(0))
     rows, m = torch.arange(gen.completion_ids.shape[0]), gen.completion_mask.bool()
     with torch.no_grad():
         with trainer.model.disable_adapter():
@@ -257,12 +259,12 @@ def _on_cuda(folder, bf16: bool, lora: bool):
                      learning_rate=3e-3 if lora else 1e-3, bf16=bf16, gradient_checkpointing=True,
                      mask_truncated_completions=True, eval_generations=2, use_chat_template=True, system_prompt=SYSTEM)
     peft_config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear") if lora else None
-    trainer = GRPOTrainer(model, tok, task, cfg, peft_config=peft_config)
-    problems, gen, rewards, info = trainer.rollout()
-    batch = trainer.prepare(problems, gen, rewards, info)
-    for t in (gen.completion_ids, gen.sampler_logprobs, rewards, batch.advantages, batch.ref_logp, *batch.micro_batches):
+    drawn = []
+    trainer = GRPOTrainer(model, tok, task, cfg, peft_config=peft_config,
+                          sampler=lambda *a, **k: drawn.append(generate(*a, **k)) or drawn[-1])
+    metrics = trainer.step()  # advantages, π_old, π_ref on another device than the policy would fail in the loss
+    for t in (drawn[0].completion_ids, drawn[0].sampler_logprobs, *(p for p in trainer.model.parameters())):
         assert t.device.type == "cuda"
-    metrics = trainer.step()
     return hist, sft_eval, trainer, metrics, trainer.evaluate()
 
 

@@ -77,36 +77,53 @@ def both(tmp_path_factory):
     return policy, base, tok, cfg, theirs
 
 
-def _trl_inputs(theirs, batch, rows, num_items):
-    """The dict that TRL's ``_generate_and_score_completions`` hands ``compute_loss``, from our rollout's rows;
-    the reference log-probs computed by TRL itself on its reference model."""
-    g = batch.gen
-    inputs = {"prompt_ids": g.prompt_ids[rows], "prompt_mask": g.prompt_mask[rows],
-              "completion_ids": g.completion_ids[rows], "completion_mask": g.completion_mask[rows],
-              "advantages": batch.advantages[rows], "num_items_in_batch": torch.tensor(float(num_items))}
+def _trl_inputs(theirs, gen, advantages, rows, num_items):
+    """The dict that TRL's ``_generate_and_score_completions`` hands ``compute_loss``, from the rows of the batch our
+    step drew; the reference log-probs computed by TRL itself on its reference model."""
+    inputs = {"prompt_ids": gen.prompt_ids[rows], "prompt_mask": gen.prompt_mask[rows],
+              "completion_ids": gen.completion_ids[rows], "completion_mask": gen.completion_mask[rows],
+              "advantages": advantages[rows], "num_items_in_batch": torch.tensor(float(num_items))}
     ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1)
     mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], 1)
     with torch.no_grad():
         inputs["ref_per_token_logps"] = theirs._get_per_token_logps_and_entropies(
-            theirs.ref_model, ids, mask, g.completion_ids.shape[1])[0]
+            theirs.ref_model, ids, mask, gen.completion_ids.shape[1])[0]
     return inputs
+
+
+def _recording(trainer):
+    """Record what the trainer's next step draws: its problems and its completions."""
+    drawn = {"problems": [], "gen": []}
+    sample, sampler = trainer.task.sample, trainer.sample_completions
+    trainer.task.sample = lambda rng: drawn["problems"].append(sample(rng)) or drawn["problems"][-1]
+    trainer.sample_completions = lambda *a, **k: drawn["gen"].append(sampler(*a, **k)) or drawn["gen"][-1]
+    return drawn
 
 
 @pytest.mark.parametrize("loss_type, accum", [("grpo", 2), ("dapo", 2), ("dr_grpo", 1), ("bnpo", 2)])
 def test_one_batch_gives_trl_the_same_loss_and_gradient(both, loss_type, accum):
-    """μ = 1, β = 0.04, temperature 0.7: the same sampled batch (our rollout) and the same reward function, scored
-    by TRL's ``_calculate_rewards``, then TRL's ``compute_loss`` and ours per micro-batch, summed; losses within
-    1e-5 and every parameter's gradient within 1e-4 relative (float32, two log-prob code paths)."""
+    """μ = 1, β = 0.04, temperature 0.7: our GRPO step (learning rate 0 and no gradient clipping, so its gradient
+    stays in ``.grad``), and TRL's ``compute_loss`` on the batch that step drew (scored by TRL's
+    ``_calculate_rewards``, advantages by group) over the same micro-batches; losses within 1e-5 and every
+    parameter's gradient within 1e-4 relative (float32, two log-prob code paths)."""
+    from minigrpo.advantages import group_advantages
+    from minigrpo.llm.grpo import completion_logprobs
+
     policy, base, tok, cfg, theirs = both
-    cfg = dataclasses.replace(cfg, loss_type=loss_type, gradient_accumulation_steps=accum)
+    cfg = dataclasses.replace(cfg, loss_type=loss_type, gradient_accumulation_steps=accum, max_grad_norm=float("inf"))
+    G = cfg.num_generations
     task = DatasetTask([{"prompt": p} for p in PROMPTS], [length_reward], max_completion_length=6)
     ours = GRPOTrainer(copy.deepcopy(policy), tok, task, cfg, ref_model=base)
-    problems, gen, rewards, info = ours.rollout()
+    drawn = _recording(ours)
+    metrics = ours.step()
+    problems, gen = drawn["problems"], drawn["gen"][0]
     texts = gen.texts(tok)
-    per_row = [{"prompt": p.prompt} for p in problems for _ in range(cfg.num_generations)]
-    trl_rewards = theirs._calculate_rewards(per_row, [r["prompt"] for r in per_row], texts, [[0]] * len(texts))
-    assert trl_rewards.sum(1).tolist() == pytest.approx(rewards.tolist())
-    batch = ours.prepare(problems, gen, rewards, info)
+    per_row = [{"prompt": p.prompt} for p in problems for _ in range(G)]
+    trl_rewards = theirs._calculate_rewards(per_row, [r["prompt"] for r in per_row], texts, [[0]] * len(texts)).sum(1)
+    assert trl_rewards.tolist() == pytest.approx(task.score([p for p in problems for _ in range(G)], texts,
+                                                            gen.finished.tolist())[0])
+    assert metrics["reward"] == pytest.approx(trl_rewards.mean().item())
+    advantages = group_advantages(trl_rewards, G)
 
     kw = trl_grpo_kwargs(cfg)  # the fields this case changes (a new TRL config would need a new Accelerator)
     for key in ("loss_type", "gradient_accumulation_steps", "steps_per_generation"):
@@ -114,17 +131,16 @@ def test_one_batch_gives_trl_the_same_loss_and_gradient(both, loss_type, accum):
     theirs.loss_type, theirs.current_gradient_accumulation_steps = loss_type, accum
     model = theirs.model.train()
     model.zero_grad()
-    ours.model.train()
-    loss_ours = loss_trl = 0.0
-    for rows, sl in batch.slices():
-        inputs = _trl_inputs(theirs, batch, rows, batch.num_tokens)
+    loss_trl = 0.0
+    for rows in torch.tensor_split(torch.arange(len(texts)), accum):
+        inputs = _trl_inputs(theirs, gen, advantages, rows, gen.completion_mask.sum())
+        with torch.no_grad():
+            ref_ours = completion_logprobs(base, gen, rows, cfg.temperature)
         torch.testing.assert_close(inputs["ref_per_token_logps"] * inputs["completion_mask"],
-                                   batch.ref_logp[sl] * inputs["completion_mask"], rtol=1e-5, atol=1e-5)
-        loss, _ = ours.compute_loss(batch, rows, sl)
-        loss.backward()
+                                   ref_ours * inputs["completion_mask"], rtol=1e-5, atol=1e-5)
         mine = theirs.compute_loss(model, inputs)
         mine.backward()
-        loss_ours, loss_trl = loss_ours + loss.item(), loss_trl + mine.item()
-    assert loss_trl == pytest.approx(loss_ours, abs=1e-5)
+        loss_trl += mine.item()
+    assert loss_trl == pytest.approx(metrics["loss"], abs=1e-5)
     for (name, p), q in zip(model.named_parameters(), ours.model.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: {m}")
