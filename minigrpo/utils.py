@@ -13,7 +13,7 @@ import torch
 
 from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke, smoke_or_full
 
-__all__ = ["SMOKE_ENV_VAR", "autocast_bf16", "get_device", "is_smoke", "model_device", "seed_everything",
+__all__ = ["SMOKE_ENV_VAR", "autocast_bf16", "float32_masters", "get_device", "is_smoke", "model_device", "seed_everything",
            "smoke_or_full", "torch_threads"]
 
 
@@ -48,6 +48,19 @@ def autocast_bf16(device: torch.device | str, enabled: bool = True):
     The trainers' ``bf16`` option: matrix products run in bf16 while float32 weights stay the master copy
     (mixed precision, what TRL's ``bf16=True`` does through the HF Trainer)."""
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=enabled)
+
+
+def float32_masters(model: torch.nn.Module) -> torch.nn.Module:
+    """Cast ``model``'s trainable parameters to float32, in place, whatever dtype it arrived in; returns it.
+
+    Hub checkpoints are stored in bf16 and load in bf16 (transformers' ``dtype="auto"``). AdamW stepping bf16
+    weights loses every update smaller than half a bf16 rounding step (at lr 1e-5, most of them): the trainers
+    keep float32 master weights and leave the compute to bf16 autocast (``bf16=True``). Frozen parameters (a
+    LoRA base) keep their dtype. Float32 parameters are left as they are (the same tensors)."""
+    for p in model.parameters():
+        if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32:
+            p.data = p.data.float()
+    return model
 
 
 def seed_everything(seed: int, env: Any = None) -> int:

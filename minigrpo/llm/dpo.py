@@ -17,12 +17,15 @@ model; it exposes no pure loss function to compare with, so the tests check a ha
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from minigrpo.infra.checks import check_finite
 from minigrpo.llm.sampling import completion_mask, sequence_logprobs
+from minigrpo.utils import float32_masters
 
 _NAMES = ("policy_chosen_logps", "policy_rejected_logps", "ref_chosen_logps", "ref_rejected_logps")
 
@@ -77,4 +80,51 @@ def completion_logps(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
     return (logp * completion_mask(completion_ids, eos_id)).sum(-1)
 
 
-__all__ = ["completion_logps", "dpo_loss"]
+@dataclass
+class PairBatch:
+    """One step's preference pairs: left-padded prompts and the chosen / rejected completion ids (``[n, ·]``)."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    chosen_ids: torch.Tensor
+    rejected_ids: torch.Tensor
+    chosen_reward: torch.Tensor  #: the task's reward of each chosen completion (for the record; DPO never sees it)
+    rejected_reward: torch.Tensor
+
+
+def pair_logps(model, batch: PairBatch, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chosen and the rejected completions' summed log-probs ``([n], [n])``, from one forward pass over both."""
+    ids = torch.cat([batch.prompt_ids, batch.prompt_ids])
+    mask = torch.cat([batch.prompt_mask, batch.prompt_mask])
+    logps = completion_logps(model, ids, mask, torch.cat([batch.chosen_ids, batch.rejected_ids]), eos_id)
+    return logps.chunk(2)
+
+
+def train_dpo(model, ref_model, tokenizer, batches: list[PairBatch], beta: float = 0.1, learning_rate: float = 3e-4,
+              max_grad_norm: float = 1.0) -> dict[str, np.ndarray]:
+    """One DPO optimizer step (AdamW, global-norm clip) per batch of pairs, in order; ``model`` is trained in
+    place (float32 master weights, whatever dtype it arrived in). Returns the per-step history: the loss and TRL's
+    ``rewards/*`` and ``logps/*`` metrics."""
+    float32_masters(model)  # AdamW steps float32 weights, even from a bf16 checkpoint
+    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
+    eos = tokenizer.eos_token_id
+    history: dict[str, list] = {}
+    for batch in batches:
+        if batch.chosen_ids.shape[0] == 0:
+            continue
+        with torch.no_grad():
+            ref_chosen, ref_rejected = pair_logps(ref_model, batch, eos)  # (n,) each
+        model.train()
+        chosen, rejected = pair_logps(model, batch, eos)  # (n,) each, with gradient
+        loss, metrics = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        opt.step()
+        for k, v in {"loss": loss.item(), "pairs": float(batch.chosen_ids.shape[0]), **metrics}.items():
+            history.setdefault(k, []).append(v)
+    model.eval()
+    return {k: np.asarray(v, dtype=float) for k, v in history.items()}
+
+
+__all__ = ["PairBatch", "completion_logps", "dpo_loss", "pair_logps", "train_dpo"]

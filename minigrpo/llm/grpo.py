@@ -36,7 +36,7 @@ from minigrpo.llm.sampling import Generation, check_context_length, generate, sc
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Task
 from minigrpo.losses import LOSS_TYPES, grpo_loss, truncated_importance_weights
-from minigrpo.utils import autocast_bf16, model_device
+from minigrpo.utils import autocast_bf16, float32_masters, model_device
 
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
@@ -164,6 +164,7 @@ class GRPOTrainer:
         device; everything follows it there."""
         self.cfg = cfg = config or GRPOConfig()
         self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
+        float32_masters(self.model)  # AdamW steps float32 weights, even from a bf16 checkpoint (bf16: autocast)
         self.dist = _distributed(cfg, self.model)  # one process: every collective is the identity
         # "bnpo" across processes (gradient_accumulation_steps = 1) is the global batch's token mean: "dapo"
         self.loss_type = "dapo" if self.dist.active and cfg.loss_type == "bnpo" else cfg.loss_type

@@ -25,7 +25,7 @@ from minigrpo.llm.models import enable_gradient_checkpointing
 from minigrpo.llm.sampling import check_context_length, end_of_turn_ids, generate, prompt_token_ids
 from minigrpo.llm.tasks import Problem, Task
 from minigrpo.losses import token_logprobs
-from minigrpo.utils import autocast_bf16, model_device
+from minigrpo.utils import autocast_bf16, float32_masters, model_device
 
 
 @dataclass
@@ -92,6 +92,7 @@ class SFTTrainer:
         self.device, self.end_id = model_device(model), end_of_turn_ids(model, tokenizer)[0]
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
+        float32_masters(model)  # AdamW steps float32 weights, even from a bf16 checkpoint (bf16: autocast)
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, foreach=True)
         self.sched = torch.optim.lr_scheduler.LambdaLR(

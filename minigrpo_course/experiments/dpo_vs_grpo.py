@@ -13,28 +13,16 @@ from __future__ import annotations
 
 import copy
 import random
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import torch
 
-from minigrpo.llm.dpo import completion_logps, dpo_loss
+from minigrpo.llm.dpo import PairBatch, train_dpo
 from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.sampling import generate
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Problem, Task
-
-
-@dataclass
-class PairBatch:
-    """One step's preference pairs: left-padded prompts and the chosen / rejected completion ids (``[n, ·]``)."""
-
-    prompt_ids: torch.Tensor
-    prompt_mask: torch.Tensor
-    chosen_ids: torch.Tensor
-    rejected_ids: torch.Tensor
-    chosen_reward: torch.Tensor  #: the task's reward of each chosen completion (for the record; DPO never sees it)
-    rejected_reward: torch.Tensor
 
 
 @torch.no_grad()
@@ -57,39 +45,6 @@ def preference_pairs(model, tokenizer, task: Task, steps: int, prompts_per_step:
         batches.append(PairBatch(g.prompt_ids[best], g.prompt_mask[best], g.completion_ids[best],
                                  g.completion_ids[worst], rewards.flatten()[best], rewards.flatten()[worst]))
     return batches
-
-
-def _pair_logps(model, batch: PairBatch, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chosen and the rejected completions' summed log-probs, from one forward pass over both."""
-    ids = torch.cat([batch.prompt_ids, batch.prompt_ids])
-    mask = torch.cat([batch.prompt_mask, batch.prompt_mask])
-    logps = completion_logps(model, ids, mask, torch.cat([batch.chosen_ids, batch.rejected_ids]), eos_id)
-    return logps.chunk(2)
-
-
-def train_dpo(model, ref_model, tokenizer, batches: list[PairBatch], beta: float = 0.1, learning_rate: float = 3e-4,
-              max_grad_norm: float = 1.0) -> dict[str, np.ndarray]:
-    """One DPO optimizer step (AdamW, global-norm clip) per batch of pairs, in order; ``model`` is trained in
-    place. Returns the per-step history: the loss and TRL's ``rewards/*`` and ``logps/*`` metrics."""
-    opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
-    eos = tokenizer.eos_token_id
-    history: dict[str, list] = {}
-    for batch in batches:
-        if batch.chosen_ids.shape[0] == 0:
-            continue
-        with torch.no_grad():
-            ref_chosen, ref_rejected = _pair_logps(ref_model, batch, eos)
-        model.train()
-        chosen, rejected = _pair_logps(model, batch, eos)
-        loss, metrics = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
-        opt.step()
-        for k, v in {"loss": loss.item(), "pairs": float(batch.chosen_ids.shape[0]), **metrics}.items():
-            history.setdefault(k, []).append(v)
-    model.eval()
-    return {k: np.asarray(v, dtype=float) for k, v in history.items()}
 
 
 def held_out_reward(model, tokenizer, task: Task, problems, num_generations: int = 8, seed: int = 0) -> dict:
