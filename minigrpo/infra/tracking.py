@@ -308,24 +308,57 @@ def set_rng_state(state: Mapping[str, Any], owner: Any = None) -> None:
         _set(owned[key], value)
 
 
-def save_weights(model: torch.nn.Module, folder: str | Path) -> None:
-    """The weights in the model's own format: ``save_pretrained`` if it has one, else ``model.pt``."""
+#: the sub-folder of a LoRA save that holds the frozen base model the adapters were trained on
+BASE_MODEL_FOLDER = "base_model"
+
+
+def is_adapter_model(model: torch.nn.Module) -> bool:
+    """True for a peft model (adapters on a frozen base): its ``save_pretrained`` writes only the adapters."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "get_base_model")
+
+
+def save_weights(model: torch.nn.Module, folder: str | Path, final_folder: str | Path | None = None) -> None:
+    """The weights in the model's own format: ``save_pretrained`` if it has one, else ``model.pt``.
+
+    A peft model saves its adapters and, in ``base_model/``, the frozen base they were trained on, so that what
+    was saved reloads as the trained model even when the base was changed in memory first (SFT of the whole
+    model, then GRPO with LoRA: adapters alone would point at the un-SFT'd checkpoint). ``adapter_config.json``'s
+    ``base_model_name_or_path`` names that folder (``final_folder``: where ``folder`` will be renamed to, for an
+    atomic save), so ``AutoModelForCausalLM.from_pretrained(folder)`` and peft's ``AutoPeftModel`` load it too;
+    :func:`load_saved_model` finds it relative to the folder, wherever the folder was moved. It costs the base's
+    size on disk, in its stored dtype."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if hasattr(model, "save_pretrained"):
-        model.save_pretrained(folder)
-    else:
+    if not hasattr(model, "save_pretrained"):
         torch.save(model.state_dict(), folder / "model.pt")
+        return
+    model.save_pretrained(folder)
+    if is_adapter_model(model):
+        base = model.get_base_model()
+        weights = {name.replace(".base_layer.", "."): t for name, t in base.state_dict().items() if "lora_" not in name}
+        base.save_pretrained(folder / BASE_MODEL_FOLDER, state_dict=weights)
+        config = json.loads((folder / "adapter_config.json").read_text())
+        config["base_model_name_or_path"] = str(Path(final_folder or folder).resolve() / BASE_MODEL_FOLDER)
+        (folder / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
 def load_weights(model: torch.nn.Module, folder: str | Path) -> None:
     """Load what :func:`save_weights` wrote into ``model``, in place (its device and dtype are kept); for a peft
-    model, the adapters (``save_pretrained`` wrote only those)."""
+    model, the adapters, and the base weights from ``base_model/`` when the folder has it (so a resumed LoRA run
+    gets the base it was trained on, e.g. after SFT, whatever base it was built from)."""
     folder = Path(folder)
-    if (folder / "adapter_config.json").is_file() and hasattr(model, "disable_adapter"):  # a peft model's adapters
+    if (folder / "adapter_config.json").is_file() and is_adapter_model(model):
         from peft import set_peft_model_state_dict
         from peft.utils import load_peft_weights
 
+        if (folder / BASE_MODEL_FOLDER).is_dir():
+            base = model.get_base_model()
+            names = {n.replace(".base_layer.", "."): n for n in base.state_dict() if "lora_" not in n}
+            saved = type(base).from_pretrained(folder / BASE_MODEL_FOLDER).state_dict()
+            if set(saved) != set(names):
+                raise ValueError(f"{folder / BASE_MODEL_FOLDER} holds another model's weights than this trainer's "
+                                 f"base (build the trainer as the run that saved it did)")
+            base.load_state_dict({names[k]: v for k, v in saved.items()}, strict=False)
         set_peft_model_state_dict(model, load_peft_weights(str(folder), device=str(next(model.parameters()).device)))
         return
     if (folder / "model.pt").is_file():
@@ -333,6 +366,23 @@ def load_weights(model: torch.nn.Module, folder: str | Path) -> None:
     else:
         state = type(model).from_pretrained(folder).state_dict()
     model.load_state_dict(state)
+
+
+def load_saved_model(folder: str | Path, auto_class: Any = None, **from_pretrained_kwargs: Any) -> torch.nn.Module:
+    """The model a trainer's ``save`` (or a checkpoint) holds, ready to use: ``auto_class.from_pretrained(folder)``
+    (default ``AutoModelForCausalLM``), or for LoRA adapters the base from ``folder/base_model`` (else the one
+    ``adapter_config.json`` names) with the adapters put back on it (a ``peft.PeftModel``)."""
+    if auto_class is None:
+        from transformers import AutoModelForCausalLM as auto_class
+    folder = Path(folder)
+    if not (folder / "adapter_config.json").is_file():
+        return auto_class.from_pretrained(folder, **from_pretrained_kwargs)
+    from peft import PeftModel
+
+    base = folder / BASE_MODEL_FOLDER
+    if not base.is_dir():
+        base = json.loads((folder / "adapter_config.json").read_text())["base_model_name_or_path"]
+    return PeftModel.from_pretrained(auto_class.from_pretrained(base, **from_pretrained_kwargs), folder)
 
 
 def save_state(folder: str | Path, state: Mapping[str, Any], config: Any = None) -> None:
@@ -369,7 +419,8 @@ def restore_trainer(trainer: Any, folder: str | Path) -> dict[str, Any]:
     return state
 
 
-__all__ = ["CHECKPOINT_PREFIX", "PACKAGES", "REPORT_TO", "STATE_FILE", "Tracker", "check_report_to",
-           "checkpoint_folder", "checkpoint_problem", "checkpoints", "default_logging_dir", "latest_checkpoint", "load_state", "load_weights",
+__all__ = ["BASE_MODEL_FOLDER", "CHECKPOINT_PREFIX", "PACKAGES", "REPORT_TO", "STATE_FILE", "Tracker", "check_report_to",
+           "checkpoint_folder", "checkpoint_problem", "checkpoints", "default_logging_dir", "is_adapter_model", "latest_checkpoint", "load_saved_model", "load_state",
+           "load_weights",
            "report_targets", "resolve_checkpoint", "restore_trainer", "rng_state", "save_state", "save_weights",
            "set_rng_state", "should_log", "should_save", "trainer_state"]

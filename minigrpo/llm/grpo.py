@@ -307,15 +307,16 @@ class GRPOTrainer:
                              system_prompt=cfg.system_prompt, bf16=cfg.bf16)
 
     def save(self, folder: str | Path) -> None:
-        """The model, tokenizer and config (loadable with ``from_pretrained``); no trainer state. With
-        LoRA the model part is the adapter folder (``PeftModel.from_pretrained(base_model, folder)``)."""
+        """The model, tokenizer and config; no trainer state. It reloads as the trained model with
+        ``tracking.load_saved_model(folder)`` or ``from_pretrained``: with LoRA, the adapters and, in
+        ``base_model/``, the base they were trained on (an SFT'd base too, not the checkpoint it came from)."""
         with atomic_folder(folder) as tmp:  # written beside, then renamed into place: whole or not at all
-            self._write_model(tmp)
+            self._write_model(tmp, folder)
 
-    def _write_model(self, folder: Path) -> None:
-        save_weights(self.model, folder)
-        self.tokenizer.save_pretrained(folder)
-        (folder / "grpo_config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
+    def _write_model(self, tmp: Path, folder: str | Path) -> None:
+        save_weights(self.model, tmp, final_folder=folder)
+        self.tokenizer.save_pretrained(tmp)
+        (tmp / "grpo_config.json").write_text(json.dumps(asdict(self.cfg), indent=2, default=str))
 
     def save_checkpoint(self, folder: str | Path | None = None) -> Path:
         """A resumable checkpoint (default: ``output_dir/checkpoint-<step>``): :meth:`save`, plus the
@@ -327,7 +328,7 @@ class GRPOTrainer:
             folder = checkpoint_folder(self.cfg.output_dir, self.step_count)
         folder = Path(folder)
         with atomic_folder(folder) as tmp:  # a crash mid-save leaves the previous checkpoint, never half
-            self._write_model(tmp)
+            self._write_model(tmp, folder)
             save_state(tmp, trainer_state(self, evals=self.evals))
         return folder
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from minigrpo.infra.atomic import atomic_write_json
+from minigrpo.infra.tracking import resolve_checkpoint
 from minigrpo.infra.checks import _expected, check_config_types, one_of
 from minigrpo.llm.grpo import GRPOConfig, GRPOResult, train_grpo
 from minigrpo.llm.gsm8k import ALPHABET as GSM8K_ALPHABET
@@ -145,9 +146,14 @@ def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: b
     Without ``model``, a fresh tiny model of the recipe's architecture and its character tokenizer
     (on ``device``, default CPU); with one (and its ``tokenizer``), that model, e.g. from ``load_causal_lm``.
     ``peft_config`` (e.g. ``peft.LoraConfig``): GRPO trains LoRA adapters (SFT, if any, trains every weight first).
+    Resuming (``grpo.resume_from_checkpoint``): the checkpoint is found (or refused) before anything trains, and SFT
+    and the evaluation before GRPO are skipped: the checkpoint holds their result (a LoRA one its SFT'd base).
     """
     if (model is None) != (tokenizer is None):
         raise ValueError("run_recipe needs both model and tokenizer, or neither (the recipe's own tiny model)")
+    resume = resolve_checkpoint(recipe.grpo, recipe.grpo.resume_from_checkpoint)  # before any training
+    if resume is not None:
+        recipe = replace(recipe, sft=None, grpo=replace(recipe.grpo, resume_from_checkpoint=str(resume)))
     tok = tokenizer if tokenizer is not None else build_tokenizer(recipe)
     if model is None:
         model = make_tiny_model(tok, recipe.arch, seed=seed, **recipe.model_kwargs).to(device or "cpu")
@@ -160,7 +166,7 @@ def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: b
         times["sft"] = time.perf_counter() - t
     G = recipe.grpo.num_generations
     t = time.perf_counter()
-    sft_eval = evaluate_task(model, tok, task, num_generations=G, seed=seed) if evaluate else {}
+    sft_eval = evaluate_task(model, tok, task, num_generations=G, seed=seed) if evaluate and not resume else {}
     times["eval"] = time.perf_counter() - t
     t = time.perf_counter()
     result = train_grpo(model, tok, task, replace(recipe.grpo, seed=seed, eval_every=0), progress=progress,
