@@ -45,9 +45,16 @@ def all_finite(tensors: Iterable[torch.Tensor]) -> bool:
 
 
 def stop_if_weights_diverged(model: torch.nn.Module, trainer: str, step: int, learning_rate: float) -> None:
-    """Raise :class:`TrainingDiverged` when a trainable weight of ``model`` is NaN or ±inf (after a step)."""
+    """Raise :class:`TrainingDiverged` when a trainable weight of ``model`` is NaN or ±inf after ``step``."""
     if not all_finite(p.detach() for p in model.parameters() if p.requires_grad):
         raise diverged(trainer, step, "a weight of the model", learning_rate)
+
+
+def check_weights_before_training(model: torch.nn.Module, trainer: str) -> None:
+    """A ``ValueError`` (bad input, not divergence) when ``model`` arrives with NaN or ±inf weights."""
+    if not all_finite(p.detach() for p in model.parameters() if p.is_floating_point()):
+        raise ValueError(f"{trainer}: the model's weights hold NaN or inf before training (saved by a run that "
+                         f"diverged?): load a checkpoint from before it")
 
 
 @contextmanager
@@ -61,5 +68,5 @@ def logits_guard(trainer: str, step: int, learning_rate: float) -> Iterator[None
         raise diverged(trainer, step, "the policy's logits (while sampling)", learning_rate) from exc
 
 
-__all__ = ["TrainingDiverged", "all_finite", "diverged", "likely_cause", "logits_guard", "stop_if_not_finite",
+__all__ = ["TrainingDiverged", "all_finite", "check_weights_before_training", "diverged", "likely_cause", "logits_guard", "stop_if_not_finite",
            "stop_if_weights_diverged"]

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from minigrpo.infra.checks import check_finite
+from minigrpo.infra.divergence import check_weights_before_training, stop_if_not_finite, stop_if_weights_diverged
 from minigrpo.llm.sampling import completion_mask, sequence_logprobs
 from minigrpo.utils import float32_masters
 
@@ -106,21 +107,26 @@ def train_dpo(model, ref_model, tokenizer, batches: list[PairBatch], beta: float
     place (float32 master weights, whatever dtype it arrived in). Returns the per-step history: the loss and TRL's
     ``rewards/*`` and ``logps/*`` metrics."""
     float32_masters(model)  # AdamW steps float32 weights, even from a bf16 checkpoint
+    check_weights_before_training(model, "DPO")
     opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     eos = tokenizer.eos_token_id
     history: dict[str, list] = {}
-    for batch in batches:
+    for step, batch in enumerate(batches, 1):
         if batch.chosen_ids.shape[0] == 0:
             continue
         with torch.no_grad():
             ref_chosen, ref_rejected = pair_logps(ref_model, batch, eos)  # (n,) each
         model.train()
         chosen, rejected = pair_logps(model, batch, eos)  # (n,) each, with gradient
+        stop_if_not_finite(float(torch.cat([chosen, rejected]).detach().sum()), "DPO", step,
+                           "the policy's log-probs", learning_rate)
         loss, metrics = dpo_loss(chosen, rejected, ref_chosen, ref_rejected, beta)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm).item()
+        stop_if_not_finite(grad_norm, "DPO", step, "the gradient norm", learning_rate)  # before the weights take it
         opt.step()
+        stop_if_weights_diverged(model, "DPO", step, learning_rate)
         for k, v in {"loss": loss.item(), "pairs": float(batch.chosen_ids.shape[0]), **metrics}.items():
             history.setdefault(k, []).append(v)
     model.eval()

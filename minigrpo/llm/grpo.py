@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import random
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,8 @@ from minigrpo.infra.atomic import atomic_folder
 from minigrpo.infra.checks import (at_least, check_config_types, config_error, non_negative, one_of,
                                    positive)
 from minigrpo.infra.distributed import Distributed
+from minigrpo.infra.divergence import (check_weights_before_training, logits_guard, stop_if_not_finite,
+                                       stop_if_weights_diverged)
 from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder, resolve_checkpoint,
                                      restore_trainer, save_state, save_weights, should_log, should_save,
                                      trainer_state)
@@ -165,10 +168,12 @@ class GRPOTrainer:
         self.cfg = cfg = config or GRPOConfig()
         self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
         float32_masters(self.model)  # AdamW steps float32 weights, even from a bf16 checkpoint (bf16: autocast)
+        check_weights_before_training(self.model, "GRPO")
         self.dist = _distributed(cfg, self.model)  # one process: every collective is the identity
         # "bnpo" across processes (gradient_accumulation_steps = 1) is the global batch's token mean: "dapo"
         self.loss_type = "dapo" if self.dist.active and cfg.loss_type == "bnpo" else cfg.loss_type
         self.tokenizer, self.task = tokenizer, task
+        self.eval_every = _eval_every(cfg, task)
         self.sample_completions = generate if sampler is None else sampler  # lesson 07 plugs in a stale one
         self.max_len = cfg.max_completion_length or task.max_completion_length
         check_context_length(self.model, 1, self.max_len)  # a one-token prompt must fit
@@ -201,7 +206,7 @@ class GRPOTrainer:
         # 1. Rollout (TRL: _generate_and_score_completions): G completions per prompt, each scored.
         problems = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.model.eval()  # no dropout while sampling and scoring: one policy, one distribution
-        with self.autocast():
+        with self.autocast(), logits_guard("GRPO", self.step_count + 1, cfg.learning_rate):  # NaN: a sentence
             gen = self.sample_completions(self.model, self.tokenizer, [p.prompt for p in problems], G,
                                           self.max_len, cfg.temperature, generator=self.gen,
                                           use_chat_template=cfg.use_chat_template,
@@ -257,10 +262,10 @@ class GRPOTrainer:
 
         # 4. μ optimizer steps on this batch, each over the micro-batches (gradient accumulation).
         self.model.train()
-        per_iteration, losses = [], []
+        per_iteration, losses = [], []  # losses: each iteration's batch loss (every rank's share summed)
         for _ in range(cfg.num_iterations):
             self.opt.zero_grad()
-            stats = []
+            stats, loss_sum = [], 0.0
             for i, r in enumerate(micro_batches):
                 logp, entropy = self.logprobs(self.model, gen, r, with_entropy=True)  # (b, C), with grad
                 mask = gen.completion_mask[r]  # (b, C) 1 up to and including the end-of-turn token
@@ -282,22 +287,29 @@ class GRPOTrainer:
                                      max_completion_length=self.max_len,
                                      gradient_accumulation_steps=cfg.gradient_accumulation_steps)
                 loss.backward()
-                losses.append(loss.item())
+                loss_sum += loss.item()
                 stats.append(st | token_stats(logp, entropy, mask, gen.sampler_logprobs[r], is_w))
             per_iteration.append(stats)
             self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global one: sum
+            losses.append(self.dist.sum(loss_sum))
+            self.stop_if_diverged(losses[-1], "the loss")  # NaN/inf: stop before the weights take it in
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm).item()
+            self.stop_if_diverged(grad_norm, "the gradient norm")
             self.opt.step()
         self.model.eval()
         self.step_count += 1
+        stop_if_weights_diverged(self.model, "GRPO", self.step_count, cfg.learning_rate)
 
-        # Metrics, with TRL's names where TRL logs the quantity. `loss`: the batch's (every rank's share
-        # summed), averaged over the μ iterations.
+        # Metrics, with TRL's names where TRL logs the quantity; `loss` averaged over the μ iterations.
         if micro_batches:  # a rank whose rows were all filtered out has no loss statistics
             metrics.update(step_metrics(per_iteration, with_kl=ref_logp is not None))
-        metrics.update(loss=self.dist.sum(sum(losses)) / cfg.num_iterations, grad_norm=grad_norm,
+        metrics.update(loss=sum(losses) / cfg.num_iterations, grad_norm=grad_norm,
                        skipped=0.0, step_time=time.perf_counter() - t0)
         return self.dist.reduce_metrics(metrics)
+
+    def stop_if_diverged(self, value: float, quantity: str) -> None:
+        """:class:`TrainingDiverged` (naming this step, ``quantity`` and a likely cause) if ``value`` is NaN/inf."""
+        stop_if_not_finite(value, "GRPO", self.step_count + 1, quantity, self.cfg.learning_rate)
 
     # ------------------------------------------------------------------ the loop
     def evaluate(self) -> dict[str, float]:
@@ -352,7 +364,7 @@ class GRPOTrainer:
         folder = resolve_checkpoint(cfg, resume)
         if folder is not None:
             self.load_checkpoint(folder)
-        if cfg.eval_every and not self.evals and self.dist.is_main:
+        if self.eval_every and not self.evals and self.dist.is_main:
             self.evals.append({"step": 0, **self.evaluate()})
         bar = tqdm(range(self.step_count + 1, cfg.max_steps + 1), desc=f"GRPO {self.task.name}",
                    disable=not progress or not self.dist.is_main, initial=self.step_count,
@@ -372,7 +384,7 @@ class GRPOTrainer:
         """Evaluate and save when due; returns the progress bar's postfix."""
         cfg = self.cfg
         post = {"reward": f"{self.history['reward'][-1]:.2f}"}
-        due = cfg.eval_every and (step % cfg.eval_every == 0 or step == cfg.max_steps)
+        due = self.eval_every and (step % self.eval_every == 0 or step == cfg.max_steps)
         if due and self.dist.is_main:
             ev = {"step": step, **self.evaluate()}
             self.evals.append(ev)
@@ -382,6 +394,17 @@ class GRPOTrainer:
         if due and self.dist.is_main:
             self.save_checkpoint()
         return post
+
+
+def _eval_every(cfg: GRPOConfig, task: Task) -> int:
+    """``eval_every``, or 0 with one warning when the task has no held-out set to evaluate on (a DatasetTask
+    without ``eval_dataset``): every evaluation would be NaN, and the default eval_every=25 should not refuse."""
+    if cfg.eval_every and not getattr(task, "eval_set", None):
+        warnings.warn(f"GRPOConfig.eval_every={cfg.eval_every}, but the task {task.name!r} has no held-out set "
+                      f"(a DatasetTask without eval_dataset): training without evaluation; give eval_dataset= "
+                      f"to evaluate, or set eval_every=0 to silence this", stacklevel=3)
+        return 0
+    return cfg.eval_every
 
 
 def _distributed(cfg: GRPOConfig, model: torch.nn.Module) -> Distributed:

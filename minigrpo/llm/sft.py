@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from minigrpo.infra.distributed import Distributed
+from minigrpo.infra.divergence import check_weights_before_training, stop_if_not_finite, stop_if_weights_diverged
 from minigrpo.infra.checks import at_least, check_config_types, in_unit_interval, non_negative, positive
 from minigrpo.llm.models import enable_gradient_checkpointing
 from minigrpo.llm.sampling import check_context_length, end_of_turn_ids, generate, prompt_token_ids
@@ -93,6 +94,8 @@ class SFTTrainer:
         if cfg.gradient_checkpointing:
             enable_gradient_checkpointing(model)
         float32_masters(model)  # AdamW steps float32 weights, even from a bf16 checkpoint (bf16: autocast)
+        check_weights_before_training(model, "SFT")
+        self.step_count = 0
         params = [p for p in model.parameters() if p.requires_grad]
         self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay, foreach=True)
         self.sched = torch.optim.lr_scheduler.LambdaLR(
@@ -121,14 +124,19 @@ class SFTTrainer:
 
     def step(self, problems: list[Problem] | None = None) -> float:
         """One optimizer step on ``problems`` (default: :meth:`sample_problems`); returns the global batch's loss."""
+        step, lr = self.step_count + 1, self.cfg.learning_rate
         self.model.train()
         loss = self.compute_loss(self.sample_problems() if problems is None else problems)
+        total = self.dist.sum(loss.item())  # the shares add up to the global token mean
+        stop_if_not_finite(total, "SFT", step, "the loss", lr)  # NaN/inf: stop before the weights take it in
         self.opt.zero_grad()
         loss.backward()
         self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global one: sum them
         self.opt.step()
+        stop_if_weights_diverged(self.model, "SFT", step, lr)
         self.sched.step()
-        return self.dist.sum(loss.item())  # the shares add up to the global token mean
+        self.step_count = step
+        return total
 
     def train(self, progress: bool = True) -> dict:
         """``steps`` steps with a progress bar (rank 0's); returns ``{"step": [...], "loss": [...]}``."""
