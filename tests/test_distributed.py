@@ -3,6 +3,7 @@ the same optimizer step as one process on the whole batch; and the one-process p
 
 import dataclasses
 import os
+import statistics
 
 import pytest
 import torch
@@ -95,7 +96,7 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
     PartialState()  # a one-process state in the parent, as an earlier test leaves it: forked workers must not keep it
     tok = build_char_tokenizer()
     state = make_tiny_model(tok, seed=0).state_dict()
-    batches, expected = [], {}
+    batches, expected, global_std = [], {}, {}
     for loss_type, accum in CASES:
         model = make_tiny_model(tok, seed=0)
         trainer = _trainer(model, tok, loss_type, accum, PROMPTS)
@@ -103,6 +104,11 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
         expected[loss_type] = _one_step(trainer)
         assert expected[loss_type][2]["frac_reward_zero_std"] == 0.0  # every group has a spread: every row counts
         batches.append((drawn["problems"], drawn["gen"][0]))
+        texts = drawn["gen"][0].texts(tok)
+        global_std[loss_type] = statistics.stdev(spread_reward(texts))  # Bessel, as TRL's nanstd
+        assert expected[loss_type][2]["rewards/spread_reward/std"] == pytest.approx(global_std[loss_type])
+        per_rank = [statistics.stdev(spread_reward(texts[:8])), statistics.stdev(spread_reward(texts[8:]))]
+        assert abs(sum(per_rank) / 2 - global_std[loss_type]) > 1e-3  # averaging the ranks' stds would show
     mp.start_processes(_worker, args=(free_port(), batches, state, str(tmp_path)), nprocs=2, join=True,
                        start_method=START)
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
@@ -114,6 +120,10 @@ def test_two_processes_take_the_one_process_step_of_the_global_batch(tmp_path, o
             p2, g2, m2 = got[loss_type]
             assert m2["grad_norm"] == pytest.approx(metrics["grad_norm"], rel=1e-5), loss_type
             assert m2["reward"] == pytest.approx(metrics["reward"])  # gathered: the global batch's mean
+            # every reward statistic over the gathered rewards (TRL's), not a mean of the two ranks' own
+            assert m2["rewards/spread_reward/std"] == pytest.approx(global_std[loss_type], rel=1e-12)
+            assert m2["rewards/spread_reward/mean"] == pytest.approx(metrics["rewards/spread_reward/mean"])
+            assert m2["loss"] == pytest.approx(metrics["loss"], rel=1e-5, abs=1e-7)  # the global batch's loss
             # kl is a mean over micro-batches, then over ranks: other micro-batches than one process's, close only
             assert m2["kl"] == pytest.approx(metrics["kl"], rel=1e-2)
             for a, b in zip(grads, g2):

@@ -75,6 +75,9 @@ def llm_trainer(tok, **kw) -> GRPOTrainer:
 def test_llm_grpo_writes_tensorboard_events(tok, tmp_path):
     result = llm_trainer(tok, max_steps=2, report_to="tensorboard", logging_dir=str(tmp_path)).train(progress=False)
     check_logged(tmp_path, result.history, [1, 2])
+    scalars = tensorboard_scalars(tmp_path)  # TRL's dashboard: the loss and the learning rate, every step
+    assert [s for s, _ in scalars["train/loss"]] == [s for s, _ in scalars["train/learning_rate"]] == [1, 2]
+    assert all(v == pytest.approx(1e-2) for _, v in scalars["train/learning_rate"])
 
 
 def test_llm_grpo_resume_reproduces_the_uninterrupted_run(tok, tmp_path):

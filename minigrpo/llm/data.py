@@ -176,6 +176,7 @@ class DatasetTask(Task):
         prompts, shaped = [p.prompt for p in problems], self._completions_for(problems, completions)
         per_func = run_reward_funcs(self.reward_funcs, self.reward_func_names, prompts, shaped, **kwargs)
         rewards = combine_rewards(per_func, self.reward_weights)
+        self.rewards_per_func = per_func  # the trainer gathers them over processes for the metrics
         metrics = reward_func_metrics(per_func)
         metrics.update({k: sum(v) / len(v) for k, v in self._metrics.items()})  # log_metric, averaged
         for key, func in (("correct", self.correctness_func), ("format", self.format_func)):

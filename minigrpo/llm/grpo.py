@@ -35,6 +35,7 @@ from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder
                                      restore_trainer, save_state, save_weights, should_log, should_save,
                                      trainer_state)
 from minigrpo.llm.models import prepare_policy
+from minigrpo.llm.rewards import reward_func_metrics
 from minigrpo.llm.sampling import Generation, check_context_length, generate, score_completions
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Task
@@ -228,7 +229,9 @@ class GRPOTrainer:
         mine = self.dist.local(rewards.numel())  # this process's rows of it
         advantages = group_advantages(everyone, G, cfg.scale_rewards)[mine]  # (B,)
         metrics, group_std = reward_metrics(everyone, G)  # reward, reward_std, frac_reward_zero_std
-        metrics.update(info)  # the task's: rewards/<func>/mean and /std, correct, format
+        metrics.update(info)  # the task's own: correct, format, this rank's rewards/<func>/mean and /std
+        metrics.update(reward_func_stats(self.task, self.dist, rewards.numel()))  # those over every rank
+        metrics["learning_rate"] = self.opt.param_groups[0]["lr"]
         metrics["completions/mean_length"] = lengths.float().mean().item()
         metrics["completions/clipped_ratio"] = 1.0 - gen.finished.float().mean().item()  # cut at max length
 
@@ -419,6 +422,17 @@ def _distributed(cfg: GRPOConfig, model: torch.nn.Module) -> Distributed:
                          "gradient_accumulation_steps=1")
     d.broadcast_parameters(model)
     return d
+
+
+def reward_func_stats(task: Task, dist: Distributed, batch_size: int) -> dict[str, float]:
+    """``rewards/<func>/mean`` and ``/std`` over every process's completions (TRL gathers the rewards before
+    it computes them; a mean of per-process stds is not the std), from the per-function rewards the task kept
+    from its last score (``Task.rewards_per_func``); ``{}`` for a task that keeps none."""
+    columns = getattr(task, "rewards_per_func", None) or {}
+    if any(len(values) != batch_size for values in columns.values()):
+        return {}
+    return reward_func_metrics({name: dist.gather(torch.tensor(values, dtype=torch.float64)).tolist()
+                                for name, values in columns.items()})
 
 
 @torch.no_grad()

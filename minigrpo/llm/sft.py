@@ -139,19 +139,21 @@ class SFTTrainer:
         return total
 
     def train(self, progress: bool = True) -> dict:
-        """``steps`` steps with a progress bar (rank 0's); returns ``{"step": [...], "loss": [...]}``."""
-        hist = {"step": [], "loss": []}
+        """``steps`` steps with a progress bar (rank 0's); returns ``{"step": [...], "loss": [...],
+        "learning_rate": [...]}`` (TRL's names; the rate each step used)."""
+        hist = {"step": [], "loss": [], "learning_rate": []}
         bar = tqdm(range(1, self.cfg.steps + 1), desc=f"SFT {self.task.name}", disable=not progress or not
                    self.dist.is_main)
         for step in bar:
             hist["step"].append(step)
+            hist["learning_rate"].append(self.sched.get_last_lr()[0])
             hist["loss"].append(self.step())
         self.model.eval()
         return hist
 
 
 def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, progress: bool = True) -> dict:
-    """Fine-tune ``model`` in place (its trainable parameters); returns ``{"step": [...], "loss": [...]}``."""
+    """Fine-tune ``model`` in place (its trainable parameters); returns the history (:meth:`SFTTrainer.train`)."""
     return SFTTrainer(model, tokenizer, task, config).train(progress)
 
 

@@ -41,6 +41,9 @@ class Task:
     name = "task"
     max_completion_length = 8
     format_weight = 0.1
+    #: the last batch's reward per function and completion, ``{name: [B]}`` (set by ``score``): the trainer
+    #: gathers them over processes for ``rewards/<name>/mean`` and ``/std`` (None: a task that keeps none)
+    rewards_per_func: dict[str, list[float]] | None = None
 
     def __init__(self, eval_size: int = 200, eval_seed: int = 12345):
         rng = random.Random(eval_seed)
@@ -104,7 +107,8 @@ class Task:
         correct = [self.correctness_reward(p, c, f) for p, c, f in rows]
         formatted = [self.format_reward(p, c, f) for p, c, f in rows]
         rewards = [self.reward(p, c, f) for p, c, f in rows]
-        metrics = reward_func_metrics({"correctness_reward": correct, "format_reward": formatted})
+        self.rewards_per_func = {"correctness_reward": correct, "format_reward": formatted}
+        metrics = reward_func_metrics(self.rewards_per_func)
         metrics.update(correct=metrics["rewards/correctness_reward/mean"],
                        format=metrics["rewards/format_reward/mean"])
         return rewards, metrics
