@@ -1,6 +1,7 @@
 """The LLM stack: tokenizer, tiny models, sampling and masks, the GRPO step's invariants, and what a real model
 needs (chunked log-probs, gradient checkpointing, bf16, truncated completions); hub-shaped models: test_llm_hub.py."""
 
+import math
 import random
 
 import pytest
@@ -501,3 +502,34 @@ def test_dpo_trains_float32_masters_of_a_bf16_checkpoint(tok, bf16_folder):
                   learning_rate=1e-5)
     assert len(h["loss"]) == 2 and all(p.dtype == torch.float32 for p in model.parameters())
     assert _moved_share(before, model) > 0.99
+
+
+def test_top_k_and_top_p_are_scored_as_sampled_so_the_ratio_is_one_on_recompute(tok):
+    """top_k = 5, top_p = 0.9 (TRL's fields): the sampler draws from the truncated, renormalised distribution and
+    the trainer scores the same one. At lr 0 with μ = 2: π_old / π_θ is 1 (to 1e-5), the sampler–trainer gap is
+    float32 rounding (< 1e-4) and so are the importance weights; scored without truncation the gap is > 1e-2.
+    The reference is scored untruncated (its support holds the sampler's), so the KL stays finite."""
+    model = make_tiny_model(tok, "llama", seed=1, hidden_size=32)
+    trainer = _trainer(tok, model, learning_rate=0.0, num_iterations=2, top_k=5, top_p=0.9, temperature=0.8,
+                       beta=0.1, vllm_importance_sampling_correction=True)
+    drawn, sampler = [], trainer.sample_completions
+    trainer.sample_completions = lambda *a, **k: drawn.append(sampler(*a, **k)) or drawn[-1]
+    metrics = trainer.step()
+    assert 1 - 1e-5 < metrics["ratio_min"] <= metrics["ratio_max"] < 1 + 1e-5, metrics
+    assert metrics["sampling/sampling_logp_difference/max"] < 1e-4
+    w_min, w_max = metrics["sampling/importance_sampling_ratio/min"], metrics["sampling/importance_sampling_ratio/max"]
+    assert 1 - 1e-4 < w_min <= w_max < 1 + 1e-4
+    assert 0 < metrics["kl"] < float("inf")
+    gen = drawn[0]
+    rows, mask = torch.arange(gen.completion_ids.shape[0]), gen.completion_mask.bool()
+    with torch.no_grad():
+        plain = completion_logprobs(model, gen, rows, 0.8)
+        truncated, entropy = completion_logprobs(model, gen, rows, 0.8, with_entropy=True, top_k=5, top_p=0.9)
+        _, plain_entropy = completion_logprobs(model, gen, rows, 0.8, with_entropy=True)
+    assert (plain - gen.sampler_logprobs)[mask].abs().max() > 1e-2
+    torch.testing.assert_close(truncated[mask], gen.sampler_logprobs[mask], atol=1e-4, rtol=0)
+    assert (entropy <= plain_entropy + 1e-6).all() and (entropy <= math.log(5) + 1e-6).all()  # at most 5 tokens
+    with pytest.raises(ValueError, match="top_p"):
+        GRPOConfig(top_p=1.5)
+    with pytest.raises(ValueError, match="top_k"):
+        GRPOConfig(top_k=-1)

@@ -36,7 +36,8 @@ from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder
                                      trainer_state)
 from minigrpo.llm.models import prepare_policy
 from minigrpo.llm.rewards import reward_func_metrics
-from minigrpo.llm.sampling import Generation, check_context_length, generate, score_completions
+from minigrpo.llm.sampling import (Generation, check_context_length, completion_logits, generate, process_logits,
+                                   score_completions)
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Task
 from minigrpo.losses import LOSS_TYPES, grpo_loss, truncated_importance_weights
@@ -53,6 +54,10 @@ class GRPOConfig:
     prompts_per_step: int = 16  #: distinct prompts per step
     num_generations: int = 8  #: G, completions per prompt (the group)
     temperature: float = 1.0  #: sampling temperature; log-probs are scored at the same temperature
+    #: nucleus sampling: draw from the smallest set of tokens whose probability reaches top_p (1: all);
+    #: the policy's log-probs are scored under the same truncated, renormalised distribution
+    top_p: float = 1.0
+    top_k: int = 0  #: draw from the top_k most likely tokens (0: all); scored likewise
     max_completion_length: int | None = None  #: tokens per completion (None: the task's default)
     learning_rate: float = 1e-3  #: AdamW step size
     beta: float = 0.0  #: weight of the KL(π_θ ‖ π_ref) penalty in the loss; 0 loads no reference model
@@ -116,7 +121,10 @@ class GRPOConfig:
             raise config_error(self, "temperature", "> 0", "GRPO needs a stochastic sampler (greedy decoding "
                                                            "has no spread within a group and no meaningful "
                                                            "log-probs)")
-        positive(self, "temperature", "epsilon", "epsilon_high")
+        positive(self, "temperature", "epsilon", "epsilon_high", "top_p")
+        at_least(self, 0, "top_k")
+        if self.top_p > 1:
+            raise config_error(self, "top_p", "<= 1", "it is the probability mass kept")
         non_negative(self, "learning_rate", "beta")  # learning_rate = 0 freezes the weights (tests use it)
         # inf: no clip / no cap
         positive(self, "max_grad_norm", "vllm_importance_sampling_clip_max", finite=False)
@@ -140,12 +148,28 @@ def _alias_checkpoint_fields(cfg: GRPOConfig) -> None:
 
 
 def completion_logprobs(model, gen: Generation, rows: torch.Tensor | slice, temperature: float,
-                        with_entropy: bool = False, shared_prefix: bool = True):
+                        with_entropy: bool = False, shared_prefix: bool = True, top_k: int = 0,
+                        top_p: float = 1.0):
     """Log-probs ``[b, C]`` of the completion tokens of ``rows`` under ``model`` (each distinct prompt
     run once, see ``sampling.score_completions``), and optionally the per-token entropy of the
-    temperature-scaled policy (no gradient). Chunked: no ``[b, C, V]`` float32 tensor is made."""
-    return score_completions(model, gen.prompt_ids[rows], gen.prompt_mask[rows], gen.completion_ids[rows],
-                             temperature, shared_prefix, with_entropy)
+    temperature-scaled policy (no gradient). Chunked: no ``[b, C, V]`` float32 tensor is made.
+
+    With ``top_k`` / ``top_p`` the distribution is the sampler's: scaled, truncated and renormalised by
+    ``sampling.process_logits``, so that a token is scored as it was drawn (a ``[b, C, V]`` float32 tensor
+    is made then; a token outside the kept set would score −inf)."""
+    ids, mask, completion = gen.prompt_ids[rows], gen.prompt_mask[rows], gen.completion_ids[rows]
+    if not top_k and top_p >= 1:
+        return score_completions(model, ids, mask, completion, temperature, shared_prefix, with_entropy)
+    logits = completion_logits(model, ids, mask, completion, shared_prefix)  # (b, C, V)
+    logp_all = torch.log_softmax(process_logits(logits.float(), temperature, top_k, top_p), -1)  # (b, C, V)
+    logp = logp_all.gather(-1, completion.unsqueeze(-1)).squeeze(-1)  # (b, C)
+    logp = logp.masked_fill(gen.completion_mask[rows] == 0, 0.0)  # a pad after the end may score −inf
+    if not with_entropy:
+        return logp
+    with torch.no_grad():
+        p = logp_all.exp()
+        entropy = -torch.where(p > 0, p * logp_all, torch.zeros_like(p)).sum(-1)  # (b, C); 0·log 0 = 0
+    return logp, entropy
 
 
 @dataclass
@@ -176,6 +200,8 @@ class GRPOTrainer:
         self.tokenizer, self.task = tokenizer, task
         self.eval_every = _eval_every(cfg, task)
         self.sample_completions = generate if sampler is None else sampler  # lesson 07 plugs in a stale one
+        #: top_k / top_p for the sampler, when set (a sampler need not take them otherwise)
+        self.truncation = {"top_k": cfg.top_k, "top_p": cfg.top_p} if cfg.top_k or cfg.top_p < 1 else {}
         self.max_len = cfg.max_completion_length or task.max_completion_length
         check_context_length(self.model, 1, self.max_len)  # a one-token prompt must fit
         self.ref = frozen_reference(self.model, cfg.beta, ref_model, torch.bfloat16 if cfg.bf16 else None)
@@ -193,11 +219,14 @@ class GRPOTrainer:
         """The forward passes' context: bf16 autocast on the model's device when ``bf16``, else a no-op."""
         return autocast_bf16(self.device, self.cfg.bf16)
 
-    def logprobs(self, model, gen: Generation, rows: torch.Tensor, with_entropy: bool = False):
-        """:func:`completion_logprobs` of ``rows`` at the config's temperature (bf16 autocast if asked)."""
+    def logprobs(self, model, gen: Generation, rows: torch.Tensor, with_entropy: bool = False,
+                 truncated: bool = True):
+        """:func:`completion_logprobs` of ``rows`` at the config's temperature (bf16 autocast if asked), under
+        the sampler's top_k / top_p truncation unless ``truncated=False``."""
         with self.autocast():
             return completion_logprobs(model, gen, rows, self.cfg.temperature, with_entropy,
-                                       shared_prefix=not self.cfg.gradient_checkpointing)
+                                       shared_prefix=not self.cfg.gradient_checkpointing,
+                                       **(self.truncation if truncated else {}))
 
     def step(self) -> dict[str, float]:
         """One GRPO step: rollout, advantages, ``num_iterations`` (μ) optimizer steps on the clipped
@@ -211,7 +240,8 @@ class GRPOTrainer:
             gen = self.sample_completions(self.model, self.tokenizer, [p.prompt for p in problems], G,
                                           self.max_len, cfg.temperature, generator=self.gen,
                                           use_chat_template=cfg.use_chat_template,
-                                          system_prompt=cfg.system_prompt)  # completion_ids, masks (B, C)
+                                          system_prompt=cfg.system_prompt,
+                                          **self.truncation)  # completion_ids, masks (B, C)
         per_row = [p for p in problems for _ in range(G)]  # the problem each completion answers
         lengths = gen.completion_mask.sum(1)  # (B,) tokens up to and including the end-of-turn token
         ids = [row[:n] for row, n in zip(gen.completion_ids.tolist(), lengths.tolist())]
@@ -254,14 +284,15 @@ class GRPOTrainer:
 
         # 3. π_old and π_ref, once, before any update. With μ = 1 the batch is used once and π_old is the
         # current policy detached (below): ρ = 1 exactly, the plain policy gradient with the group
-        # baseline. π_ref: the frozen copy, or the LoRA model with its adapters switched off (TRL's way).
+        # baseline. π_ref: the frozen copy, or the LoRA model with its adapters switched off (TRL's way),
+        # untruncated by top_k / top_p: its support holds the sampler's, so KL(π_θ‖π_ref) stays finite.
         old_logp = ref_logp = None
         with torch.no_grad():
             if cfg.num_iterations > 1:
                 old_logp = [self.logprobs(self.model, gen, r) for r in micro_batches]  # (b, C) each
             if cfg.beta > 0:
                 with reference_policy(self.model, self.ref) as ref:
-                    ref_logp = [self.logprobs(ref, gen, r) for r in micro_batches]  # (b, C) each
+                    ref_logp = [self.logprobs(ref, gen, r, truncated=False) for r in micro_batches]
 
         # 4. μ optimizer steps on this batch, each over the micro-batches (gradient accumulation).
         self.model.train()

@@ -36,7 +36,8 @@ from minigrpo.llm.sampling import (Generation, Prompt, check_context_length, com
 
 
 class Sampler(Protocol):
-    """What ``GRPOTrainer`` calls in :meth:`~minigrpo.llm.grpo.GRPOTrainer.rollout` (``sampling.generate`` fits)."""
+    """What ``GRPOTrainer.step`` calls to draw its completions (``sampling.generate`` fits). With
+    ``GRPOConfig.top_k`` / ``top_p`` set it also passes them as keywords (``sampling.process_logits``'s meaning)."""
 
     def __call__(self, model, tokenizer, prompts: Sequence[Prompt], num_generations: int, max_new_tokens: int,
                  temperature: float, *, generator: torch.Generator | None, use_chat_template: bool,

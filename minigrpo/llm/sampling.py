@@ -220,7 +220,8 @@ def generate(model, tokenizer, prompts: Sequence[Prompt], num_generations: int =
         next_pos = next_pos + 1
     completion = torch.stack(tokens, 1)
     cmask = completion_mask(completion, stop)
-    return Generation(ids, mask, completion, cmask, torch.stack(logps, 1) * cmask, finished, tuple(stop))
+    logps = torch.stack(logps, 1).masked_fill(cmask == 0, 0.0)  # not −inf · 0 = NaN (a top-k-dropped pad)
+    return Generation(ids, mask, completion, cmask, logps, finished, tuple(stop))
 
 
 def _logit_blocks(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,

@@ -45,6 +45,9 @@ FIELDS: tuple[Mapping, ...] = (
             "(gradient_accumulation_steps × num_processes)"),
     Mapping("num_generations", "num_generations"),
     Mapping("temperature", "temperature"),
+    Mapping("top_p", "top_p", "ours also scores the policy's log-probs under the truncated distribution (the ratio "
+                              "to the sampler is 1); TRL scores at the temperature only"),
+    Mapping("top_k", "top_k", "as top_p"),
     Mapping("max_completion_length", "max_completion_length", "ours None: the task's default; TRL's default is 512"),
     Mapping("learning_rate", "learning_rate", "ours constant, no weight decay: the bridge sets "
                                               "lr_scheduler_type='constant', weight_decay=0"),
@@ -71,7 +74,8 @@ FIELDS: tuple[Mapping, ...] = (
             "ours applies to any sampler; TRL's only with use_vllm; mode 'token_truncate' is ours"),
     Mapping("vllm_importance_sampling_clip_max", "vllm_importance_sampling_clip_max"),
     Mapping("seed", "seed", "the same seed draws other prompts and samples in each"),
-    Mapping("eval_every", "eval_steps", "TRL evaluates the loss on eval_dataset, not pass@k; × num_iterations"),
+    Mapping("eval_every", "eval_steps", "TRL generates on eval_dataset and logs its rewards, not pass@k; "
+                                        "× num_iterations"),
     Mapping("eval_generations", "num_generations_eval"),
     Mapping("report_to", "report_to"),
     Mapping("logging_dir", NONE, "no field since transformers 5: the tracker's own setting "
@@ -105,8 +109,11 @@ METRICS: tuple[Mapping, ...] = (
             "and /min, /max; TRL: only with vLLM"),
     Mapping("ratio_min, ratio_mean, ratio_max", NONE, "the spread of π_θ / π_old"),
     Mapping("skipped", NONE, "TRL never skips a step"),
+    Mapping("loss", "loss", "the batch's loss, averaged over num_iterations"),
+    Mapping("learning_rate", "learning_rate"),
     Mapping("step_time", "step_time"),
-    Mapping("eval/pass@1, eval/pass@G", "eval_loss", "TRL evaluates the loss, not held-out accuracy"),
+    Mapping("eval/pass@1, eval/pass@G", "eval_reward", "TRL logs the held-out reward (and per function), not "
+                                                       "pass@k"),
 )
 
 _STEP_COUNTS = ("max_steps", "logging_steps")  # fields that TRL counts in optimizer steps
@@ -133,7 +140,7 @@ def trl_grpo_kwargs(cfg: GRPOConfig, num_processes: int = 1,
                          f"{cfg.gradient_accumulation_steps * num_processes} micro-batches for TRL")
     mu = cfg.num_iterations
     out = {name: getattr(cfg, name) for name in (
-        "num_generations", "temperature", "learning_rate", "beta", "epsilon", "epsilon_high", "loss_type",
+        "num_generations", "temperature", "top_p", "top_k", "learning_rate", "beta", "epsilon", "epsilon_high", "loss_type",
         "scale_rewards", "num_iterations", "gradient_accumulation_steps", "max_grad_norm",
         "mask_truncated_completions", "bf16", "vllm_importance_sampling_correction",
         "vllm_importance_sampling_clip_max", "seed", "report_to")}
