@@ -158,3 +158,40 @@ def test_accelerate_launch_runs_the_train_command_in_two_processes(tmp_path):
     assert "in 2 processes" in done.stdout and done.stdout.count("held-out (") == 1  # rank 0 alone reports
     history = json.loads((out / "results.json").read_text())["grpo_history"]
     assert history["step"] == [1, 2, 3, 4] and sorted(p.name for p in out.iterdir()) == ["checkpoint-4", "results.json"]
+
+
+def test_a_launcher_that_starts_one_of_several_processes_is_one_warning(monkeypatch, tmp_path):
+    """`accelerate launch --cpu --num_processes 2` starts one process with MASTER_ADDR set and no WORLD_SIZE: one
+    warning (once per process), naming what to run instead; a plain run or a real group gets none."""
+    import shutil
+    import subprocess
+    import sys
+    import warnings
+    from pathlib import Path
+
+    import minigrpo.infra.distributed as distributed
+
+    for key in [k for k in os.environ if k.startswith("ACCELERATE_")] + ["MASTER_ADDR", "WORLD_SIZE"]:
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(distributed, "_warned_alone", False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        Distributed()  # no launcher: nothing to say
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "True")
+    with pytest.warns(UserWarning, match=r"only this one runs .*--multi_gpu --num_processes N"):
+        Distributed()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        Distributed()  # once per process
+    launcher = shutil.which("accelerate", path=str(Path(sys.executable).parent))
+    if launcher is None:
+        pytest.skip("the accelerate command is not installed")
+    script = tmp_path / "one.py"
+    script.write_text("from minigrpo.infra.distributed import Distributed\nprint(Distributed().world_size)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_ADDR", "ACCELERATE_USE_CPU")}
+    done = subprocess.run([launcher, "launch", "--cpu", "--num_processes", "2", "--num_machines", "1",
+                           "--mixed_precision", "no", "--dynamo_backend", "no", str(script)],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0 and done.stdout.split() == ["1"], done.stderr[-2000:]
+    assert done.stderr.count("only this one runs") == 1

@@ -27,6 +27,7 @@ process in two gloo processes.
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -38,6 +39,24 @@ SEED_STRIDE = 1_000_003
 def launched() -> bool:
     """True when a launcher (``accelerate launch``, ``torchrun``) started more than one process."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+_warned_alone = False
+
+
+def warn_if_alone_but_asked_for_more() -> None:
+    """One warning when a launcher prepared several processes and this one runs alone: ``accelerate launch --cpu
+    --num_processes 2`` starts a single process (accelerate's simple launcher) yet sets ``MASTER_ADDR`` for a
+    group (``WORLD_SIZE`` is unset), so a run the user meant to split trains in one process, silently."""
+    global _warned_alone
+    env = os.environ
+    asked = "MASTER_ADDR" in env and any(k.startswith("ACCELERATE_") for k in env)
+    if asked and not launched() and not _warned_alone:
+        _warned_alone = True
+        warnings.warn("a launcher prepared several processes (MASTER_ADDR is set) but only this one runs "
+                      "(WORLD_SIZE is unset): training in one process. `accelerate launch --cpu` starts one "
+                      "process; on CPUs use `accelerate launch --multi_gpu --num_processes N` (gloo) or "
+                      "`torchrun --nproc_per_node N`", stacklevel=3)
 
 
 def init_process_group() -> None:
@@ -58,6 +77,7 @@ class Distributed:
 
     def __init__(self):
         init_process_group()
+        warn_if_alone_but_asked_for_more()
         self.active = dist.is_initialized() and dist.get_world_size() > 1
         self.rank = dist.get_rank() if self.active else 0
         self.world_size = dist.get_world_size() if self.active else 1
@@ -139,4 +159,5 @@ class Distributed:
         return torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
 
 
-__all__ = ["Distributed", "SEED_STRIDE", "init_process_group", "is_main_process", "launched"]
+__all__ = ["Distributed", "SEED_STRIDE", "init_process_group", "is_main_process", "launched",
+           "warn_if_alone_but_asked_for_more"]
