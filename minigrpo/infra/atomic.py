@@ -1,14 +1,14 @@
-"""Writes that are all or nothing: a crash (kill -9, a full disk, a power cut) leaves the old file or folder, or the
-new one, never half of one.
+"""Writes that are all or nothing: a crash (kill -9, a full disk, a power cut) leaves the old file or
+folder, or the new one, never half of one.
 
-The recipe is the usual one: write everything under a temporary name next to the target (same folder, so the same
-file system), ``fsync`` it, then ``os.replace`` it onto the target (an atomic rename) and ``fsync`` the parent folder
-so that the rename itself is on disk.
+The usual recipe: write everything under a temporary name next to the target (the same folder, so the
+same file system), ``fsync`` it, ``os.replace`` it onto the target (an atomic rename), then ``fsync``
+the parent folder so that the rename itself is on disk.
 
 - :func:`atomic_write_text` / :func:`atomic_write_json` / :func:`atomic_torch_save`: one file.
-- :func:`atomic_folder`: a whole folder (a checkpoint): ``with atomic_folder(target) as tmp:`` write into ``tmp``;
-  on leaving the block it replaces ``target``. An exception inside the block removes ``tmp`` and leaves ``target``
-  as it was.
+- :func:`atomic_folder`: a whole folder (a checkpoint): ``with atomic_folder(target) as tmp:`` write
+  into ``tmp``; leaving the block puts it in ``target``'s place. An exception inside the block removes
+  ``tmp`` and leaves ``target`` as it was.
 """
 
 from __future__ import annotations
@@ -97,9 +97,10 @@ def atomic_torch_save(obj: Any, path: str | Path) -> Path:
 def atomic_folder(target: str | Path) -> Iterator[Path]:
     """Yield an empty temporary folder next to ``target``; when the block ends, put it in ``target``'s place.
 
-    An existing ``target`` is first renamed aside and removed only once the new folder is in place (POSIX cannot
-    rename a folder onto a non-empty one), so at every moment ``target`` is the old folder, the new one, or briefly
-    absent (a reader that finds it absent falls back, as resuming does), never a mix of both.
+    An existing ``target`` is first renamed aside and removed only once the new folder is in place
+    (POSIX cannot rename a folder onto a non-empty one), so at every moment ``target`` is the old
+    folder, the new one, or briefly absent (a reader that finds none falls back, as resuming does),
+    never a mix of both.
     """
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -1,10 +1,10 @@
-"""Training that diverges stops with a sentence, instead of training on NaN or failing deep inside torch.
+"""Training that diverges stops with a sentence, not by training on NaN or failing deep inside torch.
 
-A learning rate that is too high first shows as a loss, a gradient norm or weights that are no longer finite
-numbers, or as logits that the sampler cannot draw from (``torch.multinomial``: "probability tensor contains
-either inf, nan or element < 0"). The trainers check those quantities where they appear and raise
-:class:`TrainingDiverged`, which names the trainer, the step, the quantity and a likely cause. The command line
-prints its sentence and exits with status 1.
+A learning rate that is too high first shows as a loss, a gradient norm or weights that are no longer
+finite numbers, or as logits the sampler cannot draw from (``torch.multinomial``: "probability tensor
+contains either inf, nan or element < 0"). The trainers check those quantities where they appear and
+raise :class:`TrainingDiverged`, which names the trainer, the step, the quantity and a likely cause.
+The command line prints its sentence and exits with status 1.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def likely_cause(learning_rate: float) -> str:
 
 
 def diverged(trainer: str, step: int, quantity: str, learning_rate: float) -> TrainingDiverged:
-    """The exception, with its sentence: ``GRPO step 7: the loss is NaN or inf; learning_rate 10 is likely ...``."""
+    """The exception and its sentence: ``GRPO step 7: the loss is NaN or inf; learning_rate 10 is ...``."""
     return TrainingDiverged(f"{trainer} step {step}: {quantity} is NaN or inf; {likely_cause(learning_rate)}")
 
 
@@ -53,8 +53,8 @@ def stop_if_weights_diverged(model: torch.nn.Module, trainer: str, step: int, le
 def check_weights_before_training(model: torch.nn.Module, trainer: str) -> None:
     """A ``ValueError`` (bad input, not divergence) when ``model`` arrives with NaN or ±inf weights."""
     if not all_finite(p.detach() for p in model.parameters() if p.is_floating_point()):
-        raise ValueError(f"{trainer}: the model's weights hold NaN or inf before training (saved by a run that "
-                         f"diverged?): load a checkpoint from before it")
+        raise ValueError(f"{trainer}: the model's weights hold NaN or inf before training (saved by a run "
+                         f"that diverged?): load a checkpoint from before it")
 
 
 @contextmanager
@@ -68,5 +68,5 @@ def logits_guard(trainer: str, step: int, learning_rate: float) -> Iterator[None
         raise diverged(trainer, step, "the policy's logits (while sampling)", learning_rate) from exc
 
 
-__all__ = ["TrainingDiverged", "all_finite", "check_weights_before_training", "diverged", "likely_cause", "logits_guard", "stop_if_not_finite",
-           "stop_if_weights_diverged"]
+__all__ = ["TrainingDiverged", "all_finite", "check_weights_before_training", "diverged", "likely_cause",
+           "logits_guard", "stop_if_not_finite", "stop_if_weights_diverged"]

@@ -24,7 +24,8 @@ import torch
 import torch.nn.functional as F
 
 from minigrpo.infra.checks import check_finite
-from minigrpo.infra.divergence import check_weights_before_training, stop_if_not_finite, stop_if_weights_diverged
+from minigrpo.infra.divergence import (check_weights_before_training, stop_if_not_finite,
+                                       stop_if_weights_diverged)
 from minigrpo.llm.sampling import completion_mask, sequence_logprobs
 from minigrpo.utils import float32_masters
 
@@ -83,29 +84,29 @@ def completion_logps(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
 
 @dataclass
 class PairBatch:
-    """One step's preference pairs: left-padded prompts and the chosen / rejected completion ids (``[n, ·]``)."""
+    """One step's preference pairs: left-padded prompts, chosen / rejected completion ids (``[n, ·]``)."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
     chosen_ids: torch.Tensor
     rejected_ids: torch.Tensor
-    chosen_reward: torch.Tensor  #: the task's reward of each chosen completion (for the record; DPO never sees it)
+    chosen_reward: torch.Tensor  #: the task's reward of each chosen completion (DPO never sees it)
     rejected_reward: torch.Tensor
 
 
 def pair_logps(model, batch: PairBatch, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The chosen and the rejected completions' summed log-probs ``([n], [n])``, from one forward pass over both."""
+    """The chosen and the rejected completions' summed log-probs ``([n], [n])``, one forward pass."""
     ids = torch.cat([batch.prompt_ids, batch.prompt_ids])
     mask = torch.cat([batch.prompt_mask, batch.prompt_mask])
     logps = completion_logps(model, ids, mask, torch.cat([batch.chosen_ids, batch.rejected_ids]), eos_id)
     return logps.chunk(2)
 
 
-def train_dpo(model, ref_model, tokenizer, batches: list[PairBatch], beta: float = 0.1, learning_rate: float = 3e-4,
-              max_grad_norm: float = 1.0) -> dict[str, np.ndarray]:
-    """One DPO optimizer step (AdamW, global-norm clip) per batch of pairs, in order; ``model`` is trained in
-    place (float32 master weights, whatever dtype it arrived in). Returns the per-step history: the loss and TRL's
-    ``rewards/*`` and ``logps/*`` metrics."""
+def train_dpo(model, ref_model, tokenizer, batches: list[PairBatch], beta: float = 0.1,
+              learning_rate: float = 3e-4, max_grad_norm: float = 1.0) -> dict[str, np.ndarray]:
+    """One DPO optimizer step (AdamW, global-norm clip) per batch of pairs, in order; ``model`` is
+    trained in place (float32 master weights, whatever dtype it arrived in). Returns the per-step
+    history: the loss and TRL's ``rewards/*`` and ``logps/*`` metrics."""
     float32_masters(model)  # AdamW steps float32 weights, even from a bf16 checkpoint
     check_weights_before_training(model, "DPO")
     opt = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
@@ -124,7 +125,7 @@ def train_dpo(model, ref_model, tokenizer, batches: list[PairBatch], beta: float
         opt.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm).item()
-        stop_if_not_finite(grad_norm, "DPO", step, "the gradient norm", learning_rate)  # before the weights take it
+        stop_if_not_finite(grad_norm, "DPO", step, "the gradient norm", learning_rate)  # weights intact
         opt.step()
         stop_if_weights_diverged(model, "DPO", step, learning_rate)
         for k, v in {"loss": loss.item(), "pairs": float(batch.chosen_ids.shape[0]), **metrics}.items():

@@ -36,8 +36,8 @@ from minigrpo.infra.tracking import (Tracker, check_report_to, checkpoint_folder
                                      trainer_state)
 from minigrpo.llm.models import prepare_policy
 from minigrpo.llm.rewards import reward_func_metrics
-from minigrpo.llm.sampling import (Generation, check_context_length, completion_logits, generate, process_logits,
-                                   score_completions)
+from minigrpo.llm.sampling import (Generation, check_context_length, completion_logits, generate,
+                                   process_logits, score_completions)
 from minigrpo.llm.sft import evaluate_task
 from minigrpo.llm.tasks import Task
 from minigrpo.losses import LOSS_TYPES, grpo_loss, truncated_importance_weights
@@ -192,7 +192,7 @@ class GRPOTrainer:
         device; everything follows it there."""
         self.cfg = cfg = config or GRPOConfig()
         self.model = prepare_policy(model, peft_config, cfg.gradient_checkpointing, cfg.bf16)
-        float32_masters(self.model)  # AdamW steps float32 weights, even from a bf16 checkpoint (bf16: autocast)
+        float32_masters(self.model)  # AdamW steps float32 weights, even from a bf16 checkpoint
         check_weights_before_training(self.model, "GRPO")
         self.dist = _distributed(cfg, self.model)  # one process: every collective is the identity
         # "bnpo" across processes (gradient_accumulation_steps = 1) is the global batch's token mean: "dapo"
@@ -230,20 +230,22 @@ class GRPOTrainer:
 
     def step(self) -> dict[str, float]:
         """One GRPO step: rollout, advantages, ``num_iterations`` (μ) optimizer steps on the clipped
-        objective; returns its metrics. B = prompts_per_step × G completions, each group's rows contiguous."""
+        objective; returns its metrics. B = prompts_per_step × G completions, groups contiguous."""
         cfg, G, t0 = self.cfg, self.cfg.num_generations, time.perf_counter()
 
         # 1. Rollout (TRL: _generate_and_score_completions): G completions per prompt, each scored.
+        # (logits_guard: NaN/inf logits stop training with a sentence, not with multinomial's error)
         problems = [self.task.sample(self.rng) for _ in range(cfg.prompts_per_step)]
         self.model.eval()  # no dropout while sampling and scoring: one policy, one distribution
-        with self.autocast(), logits_guard("GRPO", self.step_count + 1, cfg.learning_rate):  # NaN: a sentence
-            gen = self.sample_completions(self.model, self.tokenizer, [p.prompt for p in problems], G,
-                                          self.max_len, cfg.temperature, generator=self.gen,
+        with self.autocast(), logits_guard("GRPO", self.step_count + 1, cfg.learning_rate):
+            prompts = [p.prompt for p in problems]
+            gen = self.sample_completions(self.model, self.tokenizer, prompts, G, self.max_len,
+                                          cfg.temperature, generator=self.gen,
                                           use_chat_template=cfg.use_chat_template,
                                           system_prompt=cfg.system_prompt,
                                           **self.truncation)  # completion_ids, masks (B, C)
         per_row = [p for p in problems for _ in range(G)]  # the problem each completion answers
-        lengths = gen.completion_mask.sum(1)  # (B,) tokens up to and including the end-of-turn token
+        lengths = gen.completion_mask.sum(1)  # (B,) tokens up to and including the end of turn
         ids = [row[:n] for row, n in zip(gen.completion_ids.tolist(), lengths.tolist())]
         self.state.global_step = self.step_count  # TRL hands reward functions its trainer_state
         texts, finished = gen.texts(self.tokenizer), gen.finished.tolist()
@@ -252,40 +254,41 @@ class GRPOTrainer:
         if not torch.isfinite(rewards).all():
             raise ValueError("a reward function returned NaN or inf")
 
-        # 2. Advantages: each completion against its group, one scalar per completion spread over its
-        # tokens (outcome supervision). Every process's groups are gathered first: the batch std of
-        # scale_rewards="batch" and the reward metrics are the global batch's (one process: `rewards`).
+        # 2. Advantages: each completion against its group, one scalar per completion spread over
+        # its tokens (outcome supervision). Every process's groups are gathered first: the batch std
+        # of scale_rewards="batch" and the reward metrics are the global batch's (one process: as is)
         everyone = self.dist.gather(rewards)  # (N·B,) for N processes
         mine = self.dist.local(rewards.numel())  # this process's rows of it
         advantages = group_advantages(everyone, G, cfg.scale_rewards)[mine]  # (B,)
         metrics, group_std = reward_metrics(everyone, G)  # reward, reward_std, frac_reward_zero_std
-        metrics.update(info)  # the task's own: correct, format, this rank's rewards/<func>/mean and /std
-        metrics.update(reward_func_stats(self.task, self.dist, rewards.numel()))  # those over every rank
+        metrics.update(info)  # the task's: correct, format, this rank's rewards/<func>/mean, /std
+        metrics.update(reward_func_stats(self.task, self.dist, rewards.numel()))  # those: all ranks
         metrics["learning_rate"] = self.opt.param_groups[0]["lr"]
         metrics["completions/mean_length"] = lengths.float().mean().item()
-        metrics["completions/clipped_ratio"] = 1.0 - gen.finished.float().mean().item()  # cut at max length
+        metrics["completions/clipped_ratio"] = 1 - gen.finished.float().mean().item()  # cut short
 
-        # The rows that get a loss: all, or with filter_zero_std_groups the groups with a spread (the
-        # others have advantage 0). mask_truncated_completions then drops unfinished rows from the loss
-        # while num_sequences still counts them (TRL zeroes their mask: the same loss, less work).
+        # The rows that get a loss: all, or with filter_zero_std_groups the groups with a spread
+        # (the others have advantage 0). mask_truncated_completions then drops unfinished rows from
+        # the loss, while num_sequences still counts them (TRL zeroes their mask: the same loss)
         keep = torch.ones(rewards.numel(), dtype=torch.bool, device=self.device)  # (B,)
         if cfg.filter_zero_std_groups:
             keep = (group_std[mine.start // G:mine.stop // G] > 0).repeat_interleave(G)
-        num_sequences = self.dist.sum(int(keep.sum()))  # normaliser of "grpo", "dr_grpo" (all ranks)
+        num_sequences = self.dist.sum(int(keep.sum()))  # normaliser of "grpo", "dr_grpo"; all ranks
         if cfg.mask_truncated_completions:
             keep = keep & gen.finished
         rows = torch.nonzero(keep).squeeze(-1)  # (kept,)
-        micro_batches = [r for r in torch.tensor_split(rows, cfg.gradient_accumulation_steps) if r.numel()]
+        split = torch.tensor_split(rows, cfg.gradient_accumulation_steps)  # gradient accumulation
+        micro_batches = [r for r in split if r.numel()]  # (b,) row indices each
         num_tokens = self.dist.sum(int(gen.completion_mask[rows].sum()))  # normaliser of "dapo"
-        if not self.dist.sum(len(micro_batches)):  # every group uninformative on every rank: no update
+        if not self.dist.sum(len(micro_batches)):  # every group uninformative, on every rank
             self.step_count += 1
             metrics.update(loss=0.0, skipped=1.0, step_time=time.perf_counter() - t0)
             return self.dist.reduce_metrics(metrics)
 
-        # 3. π_old and π_ref, once, before any update. With μ = 1 the batch is used once and π_old is the
-        # current policy detached (below): ρ = 1 exactly, the plain policy gradient with the group
-        # baseline. π_ref: the frozen copy, or the LoRA model with its adapters switched off (TRL's way),
-        # untruncated by top_k / top_p: its support holds the sampler's, so KL(π_θ‖π_ref) stays finite.
+        # 3. π_old and π_ref, once, before any update. With μ = 1 the batch is used once and π_old
+        # is the current policy detached (below): ρ = 1 exactly, the plain policy gradient with the
+        # group baseline. π_ref: the frozen copy, or the LoRA model with its adapters off (TRL's),
+        # not truncated by top_k / top_p: its support holds the sampler's, so the KL stays finite.
         old_logp = ref_logp = None
         with torch.no_grad():
             if cfg.num_iterations > 1:
@@ -296,53 +299,55 @@ class GRPOTrainer:
 
         # 4. μ optimizer steps on this batch, each over the micro-batches (gradient accumulation).
         self.model.train()
-        per_iteration, losses = [], []  # losses: each iteration's batch loss (every rank's share summed)
+        per_iteration, losses = [], []  # each iteration's statistics and batch loss (all ranks)
         for _ in range(cfg.num_iterations):
             self.opt.zero_grad()
             stats, loss_sum = [], 0.0
             for i, r in enumerate(micro_batches):
-                logp, entropy = self.logprobs(self.model, gen, r, with_entropy=True)  # (b, C), with grad
+                logp, entropy = self.logprobs(self.model, gen, r, with_entropy=True)  # (b, C) each
                 mask = gen.completion_mask[r]  # (b, C) 1 up to and including the end-of-turn token
                 old = logp.detach() if old_logp is None else old_logp[i]  # π_old (b, C)
-                # Truncated importance sampling: tokens from a sampler whose log-probs differ from the
-                # trainer's (another engine, other kernels, bf16, stale weights) are off-policy for it;
-                # w = min(π_old / π_sampler, C) re-weights them and caps the variance. It weights the
-                # surrogate only, not the KL (TRL's token_truncate).
+                # Truncated importance sampling: tokens from a sampler whose log-probs differ from
+                # the trainer's (another engine, other kernels, bf16, stale weights) are off-policy;
+                # w = min(π_old / π_sampler, C) re-weights them and caps the variance. It weights
+                # the surrogate only, not the KL (TRL's token_truncate).
                 is_w = None
                 if cfg.vllm_importance_sampling_correction:
                     is_w, _ = truncated_importance_weights(old, gen.sampler_logprobs[r],
                                                            cfg.vllm_importance_sampling_clip_max)
-                # Per token −min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·KL(π_θ‖π_ref), ρ = π_θ / π_old,
+                # Per token −min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·KL(π_θ‖π_ref), ρ = π_θ/π_old
                 # reduced by loss_type with the whole batch's normalisers: this micro-batch's share.
+                ref = None if ref_logp is None else ref_logp[i]
                 loss, st = grpo_loss(logp, old, advantages[r], mask, self.loss_type, cfg.epsilon,
-                                     cfg.epsilon_high, ref_logp=None if ref_logp is None else ref_logp[i],
-                                     beta=cfg.beta, kl_estimator=cfg.kl_estimator, importance_weights=is_w,
+                                     cfg.epsilon_high, ref_logp=ref, beta=cfg.beta,
+                                     kl_estimator=cfg.kl_estimator, importance_weights=is_w,
                                      num_sequences=num_sequences, num_tokens=num_tokens,
                                      max_completion_length=self.max_len,
                                      gradient_accumulation_steps=cfg.gradient_accumulation_steps)
                 loss.backward()
                 loss_sum += loss.item()
-                stats.append(st | token_stats(logp, entropy, mask, gen.sampler_logprobs[r], is_w))
+                st.update(token_stats(logp, entropy, mask, gen.sampler_logprobs[r], is_w))
+                stats.append(st)
             per_iteration.append(stats)
-            self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global one: sum
+            self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global one
             losses.append(self.dist.sum(loss_sum))
-            self.stop_if_diverged(losses[-1], "the loss")  # NaN/inf: stop before the weights take it in
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm).item()
-            self.stop_if_diverged(grad_norm, "the gradient norm")
+            self.stop_if_diverged(losses[-1], "the loss")  # NaN/inf: stop before the weights move
+            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+            self.stop_if_diverged(grad_norm.item(), "the gradient norm")
             self.opt.step()
         self.model.eval()
         self.step_count += 1
         stop_if_weights_diverged(self.model, "GRPO", self.step_count, cfg.learning_rate)
 
-        # Metrics, with TRL's names where TRL logs the quantity; `loss` averaged over the μ iterations.
+        # Metrics, with TRL's names where TRL logs the quantity; `loss` averaged over the μ steps.
         if micro_batches:  # a rank whose rows were all filtered out has no loss statistics
             metrics.update(step_metrics(per_iteration, with_kl=ref_logp is not None))
-        metrics.update(loss=sum(losses) / cfg.num_iterations, grad_norm=grad_norm,
+        metrics.update(loss=sum(losses) / cfg.num_iterations, grad_norm=grad_norm.item(),
                        skipped=0.0, step_time=time.perf_counter() - t0)
         return self.dist.reduce_metrics(metrics)
 
     def stop_if_diverged(self, value: float, quantity: str) -> None:
-        """:class:`TrainingDiverged` (naming this step, ``quantity`` and a likely cause) if ``value`` is NaN/inf."""
+        """:class:`TrainingDiverged` (this step, ``quantity``, a likely cause) if ``value`` is NaN/inf."""
         stop_if_not_finite(value, "GRPO", self.step_count + 1, quantity, self.cfg.learning_rate)
 
     # ------------------------------------------------------------------ the loop
@@ -355,7 +360,7 @@ class GRPOTrainer:
     def save(self, folder: str | Path) -> None:
         """The model, tokenizer and config; no trainer state. It reloads as the trained model with
         ``tracking.load_saved_model(folder)`` or ``from_pretrained``: with LoRA, the adapters and, in
-        ``base_model/``, the base they were trained on (an SFT'd base too, not the checkpoint it came from)."""
+        ``base_model/``, the base they were trained on (an SFT'd one, not the checkpoint it came from)."""
         with atomic_folder(folder) as tmp:  # written beside, then renamed into place: whole or not at all
             self._write_model(tmp, folder)
 
@@ -432,11 +437,11 @@ class GRPOTrainer:
 
 def _eval_every(cfg: GRPOConfig, task: Task) -> int:
     """``eval_every``, or 0 with one warning when the task has no held-out set to evaluate on (a DatasetTask
-    without ``eval_dataset``): every evaluation would be NaN, and the default eval_every=25 should not refuse."""
+    without ``eval_dataset``): every evaluation would be NaN, and the default (25) should not refuse."""
     if cfg.eval_every and not getattr(task, "eval_set", None):
-        warnings.warn(f"GRPOConfig.eval_every={cfg.eval_every}, but the task {task.name!r} has no held-out set "
-                      f"(a DatasetTask without eval_dataset): training without evaluation; give eval_dataset= "
-                      f"to evaluate, or set eval_every=0 to silence this", stacklevel=3)
+        warnings.warn(f"GRPOConfig.eval_every={cfg.eval_every}, but the task {task.name!r} has no held-out "
+                      f"set (a DatasetTask without eval_dataset): training without evaluation; give "
+                      f"eval_dataset= to evaluate, or set eval_every=0 to silence this", stacklevel=3)
         return 0
     return cfg.eval_every
 

@@ -20,7 +20,8 @@ import torch
 from tqdm.auto import tqdm
 
 from minigrpo.infra.distributed import Distributed
-from minigrpo.infra.divergence import check_weights_before_training, stop_if_not_finite, stop_if_weights_diverged
+from minigrpo.infra.divergence import (check_weights_before_training, stop_if_not_finite,
+                                       stop_if_weights_diverged)
 from minigrpo.infra.checks import at_least, check_config_types, in_unit_interval, non_negative, positive
 from minigrpo.llm.models import enable_gradient_checkpointing
 from minigrpo.llm.sampling import check_context_length, end_of_turn_ids, generate, prompt_token_ids
@@ -110,31 +111,30 @@ class SFTTrainer:
                         else p for p in problems]
         return problems
 
-    def compute_loss(self, problems: list[Problem]) -> torch.Tensor:
-        """The negative log-likelihood of the answer (and end) tokens of ``problems``, divided by the answer tokens
-        of the global batch: this process's share of the global token-mean loss."""
-        cfg = self.cfg
-        ids, attn, mask = sft_batch(self.tokenizer, problems, self.device, use_chat_template=cfg.use_chat_template,
-                                    system_prompt=cfg.system_prompt, end_id=self.end_id)
-        check_context_length(self.model, ids.shape[1], 0)
-        with autocast_bf16(self.device, cfg.bf16):
-            logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits
-        logp = token_logprobs(logits, ids)  # chunked: no [B, T, V] float32 copy of the logits
-        return -(logp * mask).sum() / self.dist.sum(mask.sum().item())  # the normaliser counts every rank's tokens
-
     def step(self, problems: list[Problem] | None = None) -> float:
-        """One optimizer step on ``problems`` (default: :meth:`sample_problems`); returns the global batch's loss."""
-        step, lr = self.step_count + 1, self.cfg.learning_rate
+        """One optimizer step on ``problems`` (default: :meth:`sample_problems`): the negative
+        log-likelihood of the answer and end-of-turn tokens, a token mean over the global batch.
+        Returns that loss."""
+        cfg, step = self.cfg, self.step_count + 1
+        problems = self.sample_problems() if problems is None else problems
+        ids, attn, mask = sft_batch(self.tokenizer, problems, self.device, end_id=self.end_id,
+                                    use_chat_template=cfg.use_chat_template,
+                                    system_prompt=cfg.system_prompt)  # (B, T), (B, T), (B, T − 1)
+        check_context_length(self.model, ids.shape[1], 0)
         self.model.train()
-        loss = self.compute_loss(self.sample_problems() if problems is None else problems)
+        with autocast_bf16(self.device, cfg.bf16):
+            logits = self.model(input_ids=ids, attention_mask=attn, use_cache=False).logits  # (B, T, V)
+        logp = token_logprobs(logits, ids)  # (B, T − 1), chunked: no float32 copy of the logits
+        # this process's share of the global token mean: the normaliser counts every rank's tokens
+        loss = -(logp * mask).sum() / self.dist.sum(mask.sum().item())
         total = self.dist.sum(loss.item())  # the shares add up to the global token mean
-        stop_if_not_finite(total, "SFT", step, "the loss", lr)  # NaN/inf: stop before the weights take it in
+        stop_if_not_finite(total, "SFT", step, "the loss", cfg.learning_rate)  # before the weights move
         self.opt.zero_grad()
         loss.backward()
         self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global one: sum them
         self.opt.step()
-        stop_if_weights_diverged(self.model, "SFT", step, lr)
-        self.sched.step()
+        stop_if_weights_diverged(self.model, "SFT", step, cfg.learning_rate)
+        self.sched.step()  # cosine decay to 10% of learning_rate
         self.step_count = step
         return total
 
@@ -153,7 +153,7 @@ class SFTTrainer:
 
 
 def train_sft(model, tokenizer, task: Task, config: SFTConfig | None = None, progress: bool = True) -> dict:
-    """Fine-tune ``model`` in place (its trainable parameters); returns the history (:meth:`SFTTrainer.train`)."""
+    """Fine-tune ``model`` in place (its trainable parameters); returns :meth:`SFTTrainer.train`'s history."""
     return SFTTrainer(model, tokenizer, task, config).train(progress)
 
 
