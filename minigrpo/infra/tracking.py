@@ -203,10 +203,7 @@ def _file_problem(path: Path) -> str | None:
         if path.suffix in (".pt", ".bin"):
             zipfile.ZipFile(path).close()  # reads the central directory at the end: gone if the file was cut
         elif path.suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(path), "pt"):  # checks that the data covers what the header lists
-                pass
+            return _safetensors_problem(path)
         elif path.suffix == ".json":
             index = json.loads(path.read_text())
             shards = set(index.get("weight_map", {}).values()) if path.name.endswith(".index.json") else set()
@@ -221,6 +218,18 @@ def _file_problem(path: Path) -> str | None:
 def should_save(step: int, save_steps: int, last_step: int) -> bool:
     """Save every ``save_steps`` steps (0: never in between), and always at the last one."""
     return (save_steps > 0 and step % save_steps == 0) or step == last_step
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """A safetensors file is an 8-byte header length, a JSON header giving each tensor's byte range, then the
+    data: the file must hold exactly what the header promises (a cut file holds less)."""
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    end = max((t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"), default=0)
+    if path.stat().st_size != 8 + size + end:
+        return f"{path.name} is damaged (truncated: {path.stat().st_size} of {8 + size + end} bytes)"
+    return None
 
 
 def resolve_checkpoint(cfg: Any, value: str | Path | bool | None) -> Path | None:
