@@ -55,7 +55,8 @@ class GRPOConfig:
     num_generations: int = 8  #: G, completions per prompt (the group)
     temperature: float = 1.0  #: sampling temperature; log-probs are scored at the same temperature
     #: nucleus sampling: draw from the smallest set of tokens whose probability reaches top_p (1: all);
-    #: the policy's log-probs are scored under the same truncated, renormalised distribution
+    #: the policy's log-probs are scored under the same truncated, renormalised distribution. The
+    #: reference is not truncated: at step 0 the KL is then −log(the kept mass), not 0
     top_p: float = 1.0
     top_k: int = 0  #: draw from the top_k most likely tokens (0: all); scored likewise
     max_completion_length: int | None = None  #: tokens per completion (None: the task's default)
