@@ -4,4 +4,6 @@
   of silent NaNs or broadcasting).
 - `minigrpo.infra.tracking`: experiment tracking (TensorBoard, trackio, W&B) and resumable checkpoints.
 - `minigrpo.infra.distributed`: data parallelism across processes (`accelerate launch`, `torchrun`).
+- `minigrpo.infra.atomic`: writes that are all or nothing (files, checkpoint folders).
+- `minigrpo.infra.divergence`: `TrainingDiverged`, the sentence a trainer stops with on NaN/inf.
 """
