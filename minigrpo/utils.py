@@ -51,14 +51,14 @@ def autocast_bf16(device: torch.device | str, enabled: bool = True):
 
 
 def float32_masters(model: torch.nn.Module) -> torch.nn.Module:
-    """Cast ``model``'s trainable parameters to float32, in place, whatever dtype it arrived in; returns it.
+    """Cast ``model``'s trainable bf16 / fp16 parameters to float32 in place (float32 masters); returns it.
 
     Hub checkpoints are stored in bf16 and load in bf16 (transformers' ``dtype="auto"``). AdamW stepping bf16
     weights loses every update smaller than half a bf16 rounding step (at lr 1e-5, most of them): the trainers
     keep float32 master weights and leave the compute to bf16 autocast (``bf16=True``). Frozen parameters (a
-    LoRA base) keep their dtype. Float32 parameters are left as they are (the same tensors)."""
+    LoRA base) keep their dtype; so do float32 and float64 ones (the same tensors: nothing is lost)."""
     for p in model.parameters():
-        if p.requires_grad and p.is_floating_point() and p.dtype != torch.float32:
+        if p.requires_grad and p.is_floating_point() and torch.finfo(p.dtype).bits < 32:  # bf16, fp16
             p.data = p.data.float()
     return model
 
