@@ -50,3 +50,33 @@ def test_the_trainer_samples_with_the_sampler_it_is_given():
     assert GRPOTrainer(make_tiny_model(tok, seed=0), tok, task, cfg).sample_completions is generate  # the default
     metrics = trainer.step()
     assert calls == [trainer.gen] and metrics["sampling/sampling_logp_difference/max"] < 1e-4
+
+
+def test_a_grpo_step_uses_no_deprecated_transformers_api(caplog):
+    """transformers 5.24 renamed the KV cache ``past_key_values`` -> ``cache`` and warns (a FutureWarning, and a
+    logged warning) that the old name goes in 5.40: a GRPO step (sampling, scoring, the loss) must not warn."""
+    import logging
+    import warnings
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.warning_once.cache_clear()  # logger.warning_once: a warning logged by an earlier test would hide
+    hf_logger = hf_logging.get_logger("transformers")
+    hf_logger.addHandler(caplog.handler)  # transformers' loggers do not propagate to the root logger
+    tok = build_char_tokenizer()
+    task = DatasetTask([{"prompt": f"{i}+{i}="} for i in range(6)], [lambda completions, **kw: [len(c) for c in
+                                                                                              completions]],
+                       max_completion_length=5)
+    cfg = GRPOConfig(prompts_per_step=2, num_generations=3, max_completion_length=5, eval_every=0, beta=0.04,
+                     num_iterations=2)  # beta, mu > 1: the reference and old log-probs are scored too
+    try:
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.WARNING):
+            warnings.simplefilter("always")
+            for arch in ("llama", "qwen2"):
+                GRPOTrainer(make_tiny_model(tok, arch, seed=0), tok, task, cfg).step()
+    finally:
+        hf_logger.removeHandler(caplog.handler)
+    deprecations = [f"{w.category.__name__}: {w.message}" for w in caught
+                    if issubclass(w.category, (FutureWarning, DeprecationWarning))]
+    assert deprecations == []
+    assert [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()] == []

@@ -27,8 +27,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from minigrpo.losses import selective_log_softmax
+
+#: The name of the KV cache, as a forward keyword and as an output field. transformers renamed it from
+#: ``past_key_values`` to ``cache`` (5.24 still takes the old name, with a FutureWarning that it goes in 5.40);
+#: older releases (>= 4.56, our floor) know only ``past_key_values``.
+CACHE = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 
 #: A prompt: plain text, or a conversation ``[{"role": "user", "content": "..."}, ...]``.
 Prompt = str | list[dict]
@@ -196,7 +202,7 @@ def generate(model, tokenizer, prompts: Sequence[Prompt], num_generations: int =
     # Prefill each prompt once, then copy its KV cache to its G rows (G× less prefill work).
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True,
                 logits_to_keep=1)
-    past, logits = out.past_key_values, out.logits[:, -1].repeat_interleave(num_generations, 0)
+    past, logits = getattr(out, CACHE), out.logits[:, -1].repeat_interleave(num_generations, 0)
     past.batch_repeat_interleave(num_generations)
     ids, mask = ids.repeat_interleave(num_generations, 0), mask.repeat_interleave(num_generations, 0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
@@ -215,8 +221,8 @@ def generate(model, tokenizer, prompts: Sequence[Prompt], num_generations: int =
             break
         full_mask = torch.cat([full_mask, torch.ones_like(full_mask[:, :1])], dim=1)
         out = model(input_ids=tok[:, None], attention_mask=full_mask, position_ids=next_pos[:, None],
-                    past_key_values=past, use_cache=True)
-        past, logits = out.past_key_values, out.logits[:, -1]
+                    use_cache=True, **{CACHE: past})
+        past, logits = getattr(out, CACHE), out.logits[:, -1]
         next_pos = next_pos + 1
     completion = torch.stack(tokens, 1)
     cmask = completion_mask(completion, stop)
@@ -254,12 +260,12 @@ def _logit_blocks(model, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, co
     first = out.logits[inverse]  # [B, 1, V]: predicts the first completion token
     if C == 1:
         return [first]
-    past = out.past_key_values
+    past = getattr(out, CACHE)
     past.batch_select_indices(inverse)
     mask = torch.cat([prompt_mask, torch.ones_like(completion_ids[:, :-1])], 1)
     pos = position_ids_from_mask(prompt_mask)[:, -1:] + torch.arange(1, C, device=prompt_ids.device)
-    rest = model(input_ids=completion_ids[:, :-1], attention_mask=mask, position_ids=pos, past_key_values=past,
-                 use_cache=True).logits
+    rest = model(input_ids=completion_ids[:, :-1], attention_mask=mask, position_ids=pos, use_cache=True,
+                 **{CACHE: past}).logits
     return [first, rest]
 
 
