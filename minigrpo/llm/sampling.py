@@ -24,12 +24,15 @@ probabilities are copied to the CPU to draw: slower, reproducible too).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicLayer
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from minigrpo.losses import selective_log_softmax
+from minigrpo.utils import torch_threads
 
 #: The name of the KV cache, as a forward keyword and as an output field. transformers renamed it from
 #: ``past_key_values`` to ``cache`` (5.24 still takes the old name, with a FutureWarning that it goes in 5.40);
@@ -186,6 +189,50 @@ def _draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tenso
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+#: torch intra-op threads for sampling on the CPU (None: leave torch's setting). One token of a batch of a few
+#: dozen rows is too little work to share: on 2 cores, a 13M-parameter model sampling 16 rows × 64 tokens took
+#: 1.23 s with one thread and 1.26 s with two, and beside two other torch processes 5.2 s with one and 41.7 s with
+#: two (every op ends at an OpenMP barrier that waits for a descheduled thread; see docs/benchmarks.md). The
+#: thread count also changes rounding in the matmuls (log-probs by ~1e-6), so a fixed count also keeps a seed's
+#: samples the same whatever ``torch.set_num_threads`` says.
+CPU_SAMPLING_THREADS: int | None = 1
+
+
+class _GrowingLayer(DynamicLayer):
+    """A layer of the KV cache that writes each token's keys and values into a buffer sized for the whole
+    generation, and hands attention a view of the filled part. ``DynamicLayer`` concatenates instead, which copies
+    the whole cache at every token (O(T²) copying; 18% of sampling time on the CPU for 64 tokens)."""
+
+    def __init__(self, layer: DynamicLayer, repeats: int, capacity: int):
+        super().__init__()
+        self.device, self.is_initialized = layer.keys.device, True
+        B, H, T, D = layer.keys.shape  # the prefilled prompts: [B, kv heads, T, head dim]
+        self._keys = layer.keys.new_empty(B * repeats, H, capacity, layer.keys.shape[-1])
+        self._values = layer.values.new_empty(B * repeats, H, capacity, layer.values.shape[-1])
+        self._keys[:, :, :T] = layer.keys.repeat_interleave(repeats, 0)  # each prompt's cache to its G rows
+        self._values[:, :, :T] = layer.values.repeat_interleave(repeats, 0)
+        self.keys, self.values = self._keys[:, :, :T], self._values[:, :, :T]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        T, n = self.keys.shape[-2], key_states.shape[-2]
+        self._keys[:, :, T:T + n] = key_states
+        self._values[:, :, T:T + n] = value_states
+        self.keys, self.values = self._keys[:, :, :T + n], self._values[:, :, :T + n]
+        return self.keys, self.values
+
+
+def _repeat_cache(cache, repeats: int, capacity: int) -> None:
+    """Copy each prompt's KV cache to its ``repeats`` rows, in place; plain layers become :class:`_GrowingLayer`
+    with room for ``capacity`` positions (other kinds, e.g. sliding-window layers, are repeated as they are)."""
+    for i, layer in enumerate(getattr(cache, "layers", [])):
+        if type(layer) is DynamicLayer and getattr(layer, "keys", None) is not None and layer.keys.dim() == 4:
+            cache.layers[i] = _GrowingLayer(layer, repeats, capacity)
+        else:
+            layer.batch_repeat_interleave(repeats)
+    if not hasattr(cache, "layers"):
+        cache.batch_repeat_interleave(repeats)
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: Sequence[Prompt], num_generations: int = 1, max_new_tokens: int = 8,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
@@ -194,8 +241,17 @@ def generate(model, tokenizer, prompts: Sequence[Prompt], num_generations: int =
     """Sample ``num_generations`` completions for each prompt, token by token with a KV cache.
 
     Stops a row at any of ``stop_ids`` (default: :func:`end_of_turn_ids`); prompts and the chat-template
-    options as in :func:`encode_prompts`. Runs on the model's device (and dtype, or the caller's autocast)."""
+    options as in :func:`encode_prompts`. Runs on the model's device (and dtype, or the caller's autocast); on the
+    CPU with :data:`CPU_SAMPLING_THREADS` torch threads."""
     device = next(model.parameters()).device
+    threads = CPU_SAMPLING_THREADS if device.type == "cpu" else None
+    with torch_threads(threads) if threads else nullcontext():
+        return _generate(model, tokenizer, prompts, num_generations, max_new_tokens, temperature, top_k, top_p,
+                         greedy, generator, use_chat_template, system_prompt, stop_ids, device)
+
+
+def _generate(model, tokenizer, prompts, num_generations, max_new_tokens, temperature, top_k, top_p, greedy,
+              generator, use_chat_template, system_prompt, stop_ids, device) -> Generation:
     stop = list(stop_ids) if stop_ids is not None else end_of_turn_ids(model, tokenizer)
     ids, mask = encode_prompts(tokenizer, prompts, device, use_chat_template, system_prompt)
     check_context_length(model, int(mask.sum(1).max()), max_new_tokens)
@@ -203,14 +259,15 @@ def generate(model, tokenizer, prompts: Sequence[Prompt], num_generations: int =
     out = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True,
                 logits_to_keep=1)
     past, logits = getattr(out, CACHE), out.logits[:, -1].repeat_interleave(num_generations, 0)
-    past.batch_repeat_interleave(num_generations)
+    _repeat_cache(past, num_generations, ids.shape[1] + max_new_tokens)
     ids, mask = ids.repeat_interleave(num_generations, 0), mask.repeat_interleave(num_generations, 0)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else stop[0]
     stop_t = torch.tensor(stop, device=device)
     next_pos = position_ids_from_mask(mask)[:, -1] + 1
-    full_mask, finished = mask, torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
+    full_mask = torch.cat([mask, torch.ones_like(mask[:, :1]).expand(-1, max_new_tokens)], 1)  # [B, P + C]
+    finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=device)
     tokens, logps = [], []
-    for _ in range(max_new_tokens):
+    for t in range(max_new_tokens):
         logp_all = torch.log_softmax(process_logits(logits.float(), temperature, top_k, top_p), -1)  # [B, V]
         tok = logp_all.argmax(-1) if greedy else _draw(logp_all.exp(), generator)
         tok = torch.where(finished, torch.full_like(tok, pad), tok)
@@ -219,9 +276,8 @@ def generate(model, tokenizer, prompts: Sequence[Prompt], num_generations: int =
         finished = finished | torch.isin(tok, stop_t)
         if finished.all():
             break
-        full_mask = torch.cat([full_mask, torch.ones_like(full_mask[:, :1])], dim=1)
-        out = model(input_ids=tok[:, None], attention_mask=full_mask, position_ids=next_pos[:, None],
-                    use_cache=True, **{CACHE: past})
+        out = model(input_ids=tok[:, None], attention_mask=full_mask[:, :mask.shape[1] + t + 1],
+                    position_ids=next_pos[:, None], use_cache=True, **{CACHE: past})
         past, logits = getattr(out, CACHE), out.logits[:, -1]
         next_pos = next_pos + 1
     completion = torch.stack(tokens, 1)
