@@ -2,24 +2,33 @@
 
 For each seed and each implementation: environment steps, wall-clock seconds and CPU seconds
 (training plus evaluations, from the start) until a 10-episode deterministic evaluation, run every
-5,000 env steps, has a mean return >= 475. Medians and our/their ratios come last. Both run with one
-torch thread (faster than two for these tiny networks, for both libraries). CPU seconds are less
-disturbed than wall-clock by other processes on a busy machine.
+5,000 env steps, has a mean return >= 475. Both run with one torch thread (faster than two for these
+tiny networks, for both libraries). Paired rounds (benchmarks/_paired.py): round k runs seed k of both,
+the first alternating, so a change of load hits both; the ratios (SB3 ÷ ours, > 1: ours better) are the
+medians of the per-seed ratios, with their spread. CPU seconds are less disturbed than wall-clock by other
+processes on a busy machine. ``--compete N`` runs N competing processes beside it.
 
     pip install -e ".[bench]"        # stable-baselines3 (optional)
-    python benchmarks/ppo_cartpole.py [--seeds 0 1 2 3 4]
+    python benchmarks/ppo_cartpole.py [--seeds 0 1 2 3 4] [--compete 2 --compete-kind torch]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from minigrpo.control import PPOConfig, train_ppo
 from minigrpo.control.ppo import PRESETS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _paired  # noqa: E402
 
 EVAL_EVERY, TARGET, MAX_STEPS = 5_000, 475.0, 100_000
 
@@ -60,6 +69,7 @@ def run_sb3(seed: int) -> int | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
+    _paired.add_arguments(parser)
     args = parser.parse_args()
     torch.set_num_threads(1)
     # Warm-up: the first Adam constructed in a process imports torch._dynamo (~3 s). Pay it here so
@@ -72,29 +82,54 @@ def main() -> None:
         print("stable-baselines3 not installed (pip install -e '.[bench]'): running ours only")
         runners = {"minigrpo": run_ours}
 
-    print(f"PPO on CartPole-v1: env steps and seconds until eval mean >= {TARGET:.0f} (eval every {EVAL_EVERY})")
-    print(f"{'impl':<10} {'seed':>4} {'env steps':>10} {'seconds':>8} {'cpu s':>7}")
+    print(f"PPO on CartPole-v1: env steps and seconds until eval mean >= {TARGET:.0f} (eval every {EVAL_EVERY}); "
+          f"paired rounds: one seed per round, the first alternating; load {os.getloadavg()[0]:.2f}")
     results: dict[str, list[tuple[int | None, float, float]]] = {name: [] for name in runners}
-    for seed in args.seeds:
-        for name, run in runners.items():
-            steps, wall, cpu = timed(run, seed)
+
+    def side(name: str):
+        seeds = iter(args.seeds)
+
+        def one_run() -> None:
+            seed = next(seeds)
+            steps, wall, cpu = timed(runners[name], seed)
             results[name].append((steps, wall, cpu))
             shown = steps if steps is not None else "unsolved"
             print(f"{name:<10} {seed:>4} {shown:>10} {wall:>8.1f} {cpu:>7.1f}", flush=True)
+        return one_run
 
-    medians = {}
+    with _paired.Competitors(args.compete, args.compete_kind) as comp:
+        print(f"beside: {comp}", flush=True)
+        print(f"{'impl':<10} {'seed':>4} {'env steps':>10} {'seconds':>8} {'cpu s':>7}")
+        names = list(runners) if len(runners) == 2 else ["minigrpo", "-"]
+        pairing = _paired.Pairing(names, len(args.seeds), warmup=0, log=None)
+        if len(runners) == 1:
+            pairing.plan = [(k, n) for k, n in pairing.plan if n == "minigrpo"]
+        steppers = {name: side(name) for name in runners}
+        while not pairing.done:
+            pairing.timed(steppers[pairing.next_side])
+
     for name, rows in results.items():
         steps = statistics.median([s if s is not None else float("inf") for s, _, _ in rows])
         wall = statistics.median([w for _, w, _ in rows])
         cpu = statistics.median([c for _, _, c in rows])
-        medians[name] = (steps, wall, cpu)
         solved = sum(s is not None for s, _, _ in rows)
         print(f"{name:<10} solved {solved}/{len(rows)}  median env steps {steps:.0f}  "
               f"median seconds {wall:.1f}  median cpu seconds {cpu:.1f}")
-    if len(medians) == 2:
-        ours, sb3 = medians["minigrpo"], medians["sb3-tuned"]
-        print(f"ratio minigrpo/sb3-tuned: env steps {ours[0] / sb3[0]:.2f}, wall-clock {ours[1] / sb3[1]:.2f}, "
-              f"cpu {ours[2] / sb3[2]:.2f}")
+    summary = {"seeds": args.seeds, "results": results, "compete": args.compete, "compete_kind": args.compete_kind}
+    if len(runners) == 2:
+        ours, sb3 = results["minigrpo"], results["sb3-tuned"]
+        per_seed = {"env steps": [(b[0] or float("inf")) / (a[0] or float("inf")) for a, b in zip(ours, sb3)],
+                    "wall-clock": [b[1] / a[1] for a, b in zip(ours, sb3)],
+                    "cpu": [b[2] / a[2] for a, b in zip(ours, sb3)]}
+        for what, ratios in per_seed.items():
+            summary[f"ratio {what}"] = _paired.spread(ratios)
+            print(f"SB3 ÷ minigrpo, {what}, median of per-seed ratios: {_paired.fmt_ratio(summary[f'ratio {what}'])}")
+    ld = _paired.spread(pairing.out.loads)
+    print(f"1-min load average at the rounds' starts: median {ld['median']:.2f}, min–max {ld['min']:.2f}–"
+          f"{ld['max']:.2f} ({comp})")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(summary, indent=1, default=str))
 
 
 if __name__ == "__main__":
