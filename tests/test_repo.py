@@ -25,7 +25,7 @@ COURSE_ONLY = {"matplotlib", "jupyterlab", "ipykernel", "ipywidgets", "nbformat"
 # Library modules allowed to import a course-only package inside a function (with a clear ImportError without it).
 OPTIONAL_IMPORTS = {"llm/trl_bridge.py": {"trl"}}
 # import name -> distribution name where they differ
-DIST_NAMES = {"sklearn": "scikit-learn", "stable_baselines3": "stable-baselines3", "IPython": "ipython"}
+DIST_NAMES = {"sklearn": "scikit-learn", "stable_baselines3": "stable-baselines3", "IPython": "ipython", "yaml": "pyyaml"}
 # Installed by the course extra's Jupyter packages themselves (ipykernel, nbclient, jupyterlab).
 WITH_JUPYTER = {"ipython", "jupyter_client", "jupyter_core", "traitlets"}
 # The library is minigrpo/; the course tooling (grading, interview practice, progress, the lessons' experiment

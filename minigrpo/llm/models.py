@@ -2,9 +2,9 @@
 
 The factory builds the same architectures practitioners fine-tune — a Llama/Qwen2-style model
 (RMSNorm, rotary positions, SwiGLU, grouped-query attention) and GPT-2 — only small enough to train
-in minutes on a CPU. ``load_causal_lm`` loads any causal LM with ``AutoModelForCausalLM``, e.g.
-``"Qwen/Qwen2.5-0.5B-Instruct"`` on a machine with a GPU and a hub, or a folder saved with
-``save_pretrained``.
+in minutes on a CPU. ``load_causal_lm`` loads any causal LM with ``AutoModelForCausalLM``: a folder saved with
+``save_pretrained``, SmolLM2-135M-Instruct by its short name ``"smollm2"`` once ``minigrpo models fetch smollm2``
+has cached it (``minigrpo.llm.hub``), or e.g. ``"Qwen/Qwen2.5-0.5B-Instruct"`` on a machine with a GPU and a hub.
 
 Where no hub is reachable, :func:`build_qwen_like` writes a folder shaped like a Qwen2.5-Instruct
 checkpoint (a Qwen2 config, a byte-level BPE tokenizer without BOS, pad ≠ EOS, a chat template, two
@@ -63,18 +63,32 @@ def make_tiny_model(tokenizer: PreTrainedTokenizerBase, arch: str = "llama", see
 
 def load_causal_lm(name_or_path: str | Path, device: str | torch.device | None = None,
                    dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer from the hub (by name) or from a local folder, onto ``device``
-    (default: ``minigrpo.utils.get_device()``: CUDA, then MPS, then CPU).
+    """Load a causal LM and its tokenizer onto ``device`` (default: ``minigrpo.utils.get_device()``: CUDA, then
+    MPS, then CPU). ``name_or_path`` is one of:
 
-    A tokenizer without a pad token gets its EOS as pad (GPT-2 style); the course's masks are
-    built by position, so pad == eos is safe. No BOS is assumed (Qwen's tokenizer has none).
+    - a folder saved with ``save_pretrained`` (a checkpoint of ours, or any hub-format folder);
+    - the short name of a model ``minigrpo models fetch`` caches (``"smollm2"`` or ``"SmolLM2-135M-Instruct"``):
+      its cached folder (not fetched yet: a ``ValueError`` naming the command that fetches it);
+    - a hub name (``"Qwen/Qwen2.5-0.5B-Instruct"``): downloaded by ``from_pretrained`` as usual, except that a model
+      minigrpo has cached (``"HuggingFaceTB/SmolLM2-135M-Instruct"``) loads from the cache, which is said once.
+
+    The weights come in the checkpoint's own dtype unless ``dtype`` says otherwise (transformers' ``dtype="auto"``):
+    bfloat16 for SmolLM2's cached folder and most hub checkpoints, float32 for a folder saved in float32. The
+    trainers keep float32 copies of the weights they train, whatever this dtype.
+
+    A tokenizer without a pad token gets its EOS as pad (GPT-2 style); the course's masks are built by position,
+    so pad == eos is safe. Padding is on the left (prompts end where completions start). No BOS is assumed
+    (Qwen's tokenizer has none).
     """
-    tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    from minigrpo.llm.hub import resolve_model
+
+    source = resolve_model(name_or_path)
+    tokenizer = AutoTokenizer.from_pretrained(source)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     kwargs = {"dtype": dtype} if dtype is not None else {}
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, **kwargs).to(device or get_device())
+    model = AutoModelForCausalLM.from_pretrained(source, **kwargs).to(device or get_device())
     return model, tokenizer
 
 
