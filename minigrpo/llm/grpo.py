@@ -100,13 +100,19 @@ class GRPOConfig:
     #: save resumable checkpoints (weights, optimizer, random states, history) in output_dir/checkpoint-<step>
     output_dir: str | Path | None = None
     save_steps: int = 0  #: every this many steps (0: only at the end), when output_dir is set
-    #: resume from this checkpoint folder, or True: the latest whole one in output_dir
-    resume_from_checkpoint: str | Path | bool | None = None
+    #: resume from this checkpoint folder, or True (or "true"): the latest whole one in output_dir. Annotated without bool
+    #: because HfArgumentParser reads one type per field; __post_init__ accepts True and "true"/"false" too.
+    resume_from_checkpoint: str | Path | None = None
     checkpoint_dir: str | Path | None = None  #: older name of output_dir (kept as an alias)
     checkpoint_every: int = 0  #: older name of save_steps (kept as an alias)
 
     def __post_init__(self):
+        resume = self.resume_from_checkpoint
+        if isinstance(resume, (str, Path)) and str(resume).strip().lower() in ("true", "false"):
+            resume = str(resume).strip().lower() == "true"  # a command line's or YAML string's "true"
+        self.resume_from_checkpoint = None if isinstance(resume, bool) else resume
         check_config_types(self)
+        self.resume_from_checkpoint = resume or None if isinstance(resume, bool) else self.resume_from_checkpoint
         one_of(self, "loss_type", LOSS_TYPES)
         one_of(self, "kl_estimator", KL_ESTIMATORS)
         one_of(self, "scale_rewards", SCALES)
