@@ -25,12 +25,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from minigrpo.llm.rewards import (RESERVED_KWARGS, RewardFunc, check_reward_funcs,
-                                  combine_rewards, reward_func_metrics, run_reward_funcs)
+from minigrpo.llm.rewards import (RESERVED_KWARGS, RewardFunc, check_reward_funcs, check_reward_signature,
+                                  combine_rewards, import_reward_func, reward_func_metrics, run_reward_funcs)
 from minigrpo.llm.tasks import Problem, Task
 
 #: columns TRL keeps from the reward functions (besides the prompt)
 _NOT_PASSED = ("completion", "completion_ids")
+#: the file types :func:`load_rows` reads, by extension, and the ``datasets`` builder that reads each
+DATA_FILE_KINDS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+#: columns that can hold the completion SFT imitates, in the order they are looked for: TRL's prompt-completion
+#: format, TRL's math data sets (``solution``), GSM8K-style data (``answer``)
+ANSWER_COLUMNS = ("completion", "solution", "answer")
 
 
 def as_rows(data: Any, name: str = "dataset") -> list[dict]:
@@ -55,11 +60,72 @@ def load_rows(path: str | Path, split: str = "train") -> list[dict]:
     """Rows of a local json / jsonl / csv / parquet file, read with ``datasets.load_dataset``."""
     from datasets import load_dataset
 
-    suffix = Path(path).suffix.lstrip(".")
-    kind = {"jsonl": "json", "json": "json", "csv": "csv", "parquet": "parquet"}.get(suffix)
+    kind = DATA_FILE_KINDS.get(Path(path).suffix.lower())
     if kind is None:
         raise ValueError(f"load_rows reads .json, .jsonl, .csv or .parquet files, got {str(path)!r}")
     return load_dataset(kind, data_files={split: str(path)}, split=split).to_list()
+
+
+def load_data_file(path: str | Path, where: str = "--dataset") -> list[dict]:
+    """The rows of a local data file for the command line: :func:`load_rows`, with every failure one sentence that
+    names the file (``where``: the option that gave it)."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise ValueError(f"{where} {path}: no such file")
+    if p.is_dir():
+        raise ValueError(f"{where} {path} is a folder; give a .jsonl, .json, .csv or .parquet file")
+    if p.suffix.lower() not in DATA_FILE_KINDS:
+        raise ValueError(f"{where} {path}: minigrpo reads .jsonl, .json, .csv or .parquet files, not "
+                         f"{p.suffix or 'a file without an extension'}")
+    try:
+        with open(p, "rb"):
+            pass
+        rows = load_rows(p)
+    except Exception as exc:  # datasets' parse errors have many types; the first line says what broke
+        text = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+        raise ValueError(f"{where} {path} could not be read as a {p.suffix.lower()} file ({text[:200]})") from None
+    if not rows:
+        raise ValueError(f"{where} {path} has no rows")
+    return rows
+
+
+def check_prompt_column(rows: list[dict], where: str, prompt_column: str = "prompt") -> None:
+    """One sentence listing the columns found when ``rows`` have no ``prompt_column``."""
+    if rows and prompt_column not in rows[0]:
+        raise ValueError(f"{where} has no {prompt_column!r} column; its columns are {', '.join(rows[0])}: name the "
+                         f"column that holds the prompts {prompt_column!r}")
+
+
+def answer_column(rows: list[dict], where: str) -> str:
+    """The column SFT imitates: the first of :data:`ANSWER_COLUMNS` the rows have (a one-sentence error if none)."""
+    found = next((c for c in ANSWER_COLUMNS if rows and c in rows[0]), None)
+    if found is None:
+        raise ValueError(f"SFT needs the completion to imitate in a column named {', '.join(ANSWER_COLUMNS[:-1])} or "
+                         f"{ANSWER_COLUMNS[-1]}; {where} has {', '.join(rows[0]) if rows else 'no columns'}")
+    return found
+
+
+def dataset_task_from_files(dataset: str | Path, reward_funcs: Sequence[str], reward_weights=None,
+                            eval_dataset: str | Path | None = None, sft: bool = False, eval_size: int | None = None,
+                            max_completion_length: int = 256, tokenizer=None) -> "DatasetTask":
+    """A :class:`DatasetTask` from a data file and ``MODULE:FUNCTION`` reward names, as ``minigrpo train llm
+    --dataset FILE --reward-funcs ...`` builds it: ``sft`` also reads the completion column (:func:`answer_column`);
+    ``eval_size`` keeps the first rows of the held-out file only."""
+    rows = load_data_file(dataset, "--dataset")
+    check_prompt_column(rows, f"--dataset {dataset}")
+    eval_rows = load_data_file(eval_dataset, "--eval-dataset") if eval_dataset else []
+    if eval_rows:
+        check_prompt_column(eval_rows, f"--eval-dataset {eval_dataset}")
+    if eval_size is not None:
+        eval_rows = eval_rows[:eval_size]
+    if not reward_funcs:
+        raise ValueError("--dataset needs --reward-funcs MODULE:FUNCTION (e.g. my_rewards:exact, a function "
+                         "f(prompts, completions, **kwargs) -> list[float] in my_rewards.py)")
+    funcs = [import_reward_func(spec) for spec in reward_funcs]
+    answer = answer_column(rows, f"--dataset {dataset}") if sft else None
+    name = Path(dataset).stem
+    return DatasetTask(rows, funcs, reward_weights=reward_weights, eval_dataset=eval_rows, answer_column=answer,
+                       max_completion_length=max_completion_length, tokenizer=tokenizer, name=name)
 
 
 def _is_conversation(prompt: Any) -> bool:
@@ -101,6 +167,9 @@ class DatasetTask(Task):
         if not self.train_set:
             raise ValueError("train_dataset has no rows")
         self.eval_set = self._problems(as_rows(eval_dataset, "eval_dataset"), "eval_dataset")
+        columns = [k for k, _ in self.train_set[0].meta]
+        for func, func_name in zip(self.reward_funcs, self.reward_func_names):
+            check_reward_signature(func, func_name, columns)
         from transformers import TrainerState  # what TRL hands reward functions as trainer_state
 
         self.state = TrainerState()  #: global_step = batches scored so far (one per GRPO step)
@@ -126,6 +195,8 @@ class DatasetTask(Task):
                 raise TypeError(f"{where}[{i}][{self.prompt_column!r}] must be a string or a list of "
                                 f"{{'role', 'content'}} messages, got {type(prompt).__name__}")
             answer = row[self.answer_column] if self.answer_column is not None else ""
+            if _is_conversation(answer):  # TRL's conversational completion: [{"role": "assistant", ...}]
+                answer = answer[-1]["content"] if answer else ""
             columns = tuple((k, v) for k, v in row.items() if k != self.prompt_column and k not in _NOT_PASSED)
             problems.append(Problem(prompt, answer if isinstance(answer, str) else str(answer), columns))
         return problems
@@ -174,7 +245,11 @@ class DatasetTask(Task):
         self._metrics, self.logged_extra = {}, {}
         kwargs = self._kwargs(problems, completions, finished, completion_ids, trainer_state)
         prompts, shaped = [p.prompt for p in problems], self._completions_for(problems, completions)
-        per_func = run_reward_funcs(self.reward_funcs, self.reward_func_names, prompts, shaped, **kwargs)
+        try:
+            per_func = run_reward_funcs(self.reward_funcs, self.reward_func_names, prompts, shaped, **kwargs)
+        except (ValueError, TypeError) as exc:  # name the step (TRL's global_step counts the steps done before it)
+            step = (trainer_state.global_step + 1) if trainer_state is not None else self.state.global_step + 1
+            raise type(exc)(f"{exc} (GRPO step {step})") from exc
         rewards = combine_rewards(per_func, self.reward_weights)
         self.rewards_per_func = per_func  # the trainer gathers them over processes for the metrics
         metrics = reward_func_metrics(per_func)
@@ -231,4 +306,5 @@ def task_dataset(task: Task, num_problems: int, seed: int = 0, eval: bool = Fals
     return [{"prompt": p.prompt, "answer": p.answer} for p in problems]
 
 
-__all__ = ["DatasetTask", "as_rows", "load_rows", "task_dataset"]
+__all__ = ["ANSWER_COLUMNS", "DATA_FILE_KINDS", "DatasetTask", "answer_column", "as_rows", "check_prompt_column",
+           "dataset_task_from_files", "load_data_file", "load_rows", "task_dataset"]

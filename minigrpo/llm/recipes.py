@@ -4,6 +4,12 @@ One place defines what lesson 06, the benchmark, the tests and ``minigrpo train 
 numbers agree. A recipe names a task, the recipe's own tiny model (used when no pretrained model is
 given) and the SFT and GRPO configs; :func:`apply_overrides` changes any field from ``field=value``
 text (the command line's), each value read by the field's type.
+
+A recipe may also come from data: :func:`dataset_recipe` (task ``"dataset"``) trains a pretrained model on the
+prompts of a .jsonl/.json/.csv/.parquet file with reward functions named ``MODULE:FUNCTION``, as ``trl grpo`` does,
+and :func:`read_config` reads a YAML file with TRL's keys (:class:`ScriptArguments` beside ``GRPOConfig``'s fields)
+through ``transformers.HfArgumentParser``. With a pretrained model the learning rates start where TRL starts them
+(:func:`pretrained_defaults`), not at the tiny models' rates, which would wreck a pretrained model.
 """
 
 from __future__ import annotations
@@ -31,8 +37,20 @@ from minigrpo.llm.sft import SFTConfig, evaluate_task, train_sft
 from minigrpo.llm.tasks import TASKS, Task
 from minigrpo.llm.tokenizer import DEFAULT_ALPHABET, build_char_tokenizer
 
-#: the tasks a recipe can name: the built-in ones, and "gsm8k" (word problems; minigrpo.llm.gsm8k.gsm8k_task)
-RECIPE_TASKS = (*TASKS, "gsm8k")
+#: the tasks a recipe can name: the built-in ones, "gsm8k" (word problems; minigrpo.llm.gsm8k.gsm8k_task) and
+#: "dataset" (the prompts of Recipe.dataset, scored by Recipe.reward_funcs; minigrpo.llm.data)
+RECIPE_TASKS = (*TASKS, "gsm8k", "dataset")
+#: the keyword arguments of minigrpo.llm.models.tiny_config that model_kwargs may set (all ints >= 1)
+MODEL_KWARGS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "max_positions")
+
+# Learning rates for a pretrained model (the tiny recipes' 1e-4..1e-3 would wreck one):
+#: full fine-tuning with GRPO: TRL's GRPOConfig default
+PRETRAINED_LEARNING_RATE = 1e-6
+#: LoRA: 10x the full fine-tuning rate, the ratio "LoRA Without Regret" (Schulman et al., 2025) measured and TRL's
+#: PEFT guide recommends ("~10x the full fine-tuning rate for LoRA")
+PRETRAINED_LORA_LEARNING_RATE = 1e-5
+#: SFT of a pretrained model: TRL's SFTConfig default
+PRETRAINED_SFT_LEARNING_RATE = 2e-5
 
 
 @dataclass
@@ -45,11 +63,30 @@ class Recipe:
     sft: SFTConfig | None = field(default_factory=SFTConfig)  #: None: no SFT stage (a model that needs none)
     grpo: GRPOConfig = field(default_factory=GRPOConfig)
     smoke_overrides: tuple[str, ...] = ()  #: ``field=value`` settings that smoke() applies after its own
+    dataset: str | None = None  #: task "dataset": a .jsonl/.json/.csv/.parquet file with a prompt column
+    eval_dataset: str | None = None  #: task "dataset": the held-out file (evaluated before and after GRPO)
+    reward_funcs: tuple[str, ...] = ()  #: task "dataset": MODULE:FUNCTION names, TRL's f(prompts, completions, **kw)
+    reward_weights: tuple[float, ...] | None = None  #: task "dataset": one weight per reward function (TRL's name)
 
     def __post_init__(self):
         check_config_types(self)
         one_of(self, "task", RECIPE_TASKS)
         one_of(self, "arch", ARCHITECTURES)
+        for key, value in self.model_kwargs.items():
+            if key not in MODEL_KWARGS:
+                raise ValueError(f"Recipe.model_kwargs has no setting {key!r}; the recipe's model takes "
+                                 f"{', '.join(MODEL_KWARGS)}")
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"Recipe.model_kwargs[{key!r}] must be an int >= 1, got {value!r}")
+        kw = {"hidden_size": 128, "num_heads": 4, "num_kv_heads": 2, **self.model_kwargs}
+        if self.arch != "gpt2" and kw["num_heads"] % kw["num_kv_heads"]:
+            raise ValueError(f"Recipe.model_kwargs: num_heads ({kw['num_heads']}) must be a multiple of num_kv_heads "
+                             f"({kw['num_kv_heads']}): each key-value head serves a whole group of query heads")
+        if kw["hidden_size"] % kw["num_heads"]:
+            raise ValueError(f"Recipe.model_kwargs: hidden_size ({kw['hidden_size']}) must be a multiple of num_heads "
+                             f"({kw['num_heads']}): each head gets hidden_size / num_heads dimensions")
+        if self.task == "dataset" and not self.dataset:
+            raise ValueError("a recipe with task='dataset' needs Recipe.dataset, the file of prompts")
 
     def smoke(self) -> "Recipe":
         """A few steps of each stage: checks that everything runs, not that it learns."""
@@ -131,6 +168,14 @@ def build_tokenizer(recipe: Recipe):
 
 def build_task(recipe: Recipe, tokenizer=None) -> Task:
     """The recipe's task (the gsm8k task sees the tokenizer: chat prompts for a chat model, lengths in tokens)."""
+    if recipe.task == "dataset":
+        from minigrpo.llm.data import dataset_task_from_files
+
+        kwargs = dict(recipe.task_kwargs)
+        if recipe.grpo.max_completion_length is not None:  # evaluation samples as long as GRPO does
+            kwargs.setdefault("max_completion_length", recipe.grpo.max_completion_length)
+        return dataset_task_from_files(recipe.dataset, recipe.reward_funcs, recipe.reward_weights,
+                                       recipe.eval_dataset, sft=recipe.sft is not None, tokenizer=tokenizer, **kwargs)
     if recipe.task == "gsm8k":
         kwargs = {"system_prompt": None, **recipe.task_kwargs}  # a model without a chat template: the bare question
         if getattr(tokenizer, "chat_template", None) is not None and "system_prompt" not in recipe.task_kwargs:
@@ -141,7 +186,7 @@ def build_task(recipe: Recipe, tokenizer=None) -> Task:
 
 def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: bool = True, model=None,
                tokenizer=None, device: str | torch.device | None = None, peft_config=None) -> RecipeResult:
-    """SFT, evaluate, GRPO, evaluate again (held-out set, G samples each).
+    """SFT, evaluate, GRPO, evaluate again (held-out set, G samples each; no held-out set, no evaluation).
 
     Without ``model``, a fresh tiny model of the recipe's architecture and its character tokenizer
     (on ``device``, default CPU); with one (and its ``tokenizer``), that model, e.g. from ``load_causal_lm``.
@@ -164,6 +209,7 @@ def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: b
         t = time.perf_counter()
         sft_hist = train_sft(model, tok, task, replace(recipe.sft, seed=seed), progress=progress)
         times["sft"] = time.perf_counter() - t
+    evaluate = evaluate and len(task.eval_set) > 0
     G = recipe.grpo.num_generations
     t = time.perf_counter()
     sft_eval = evaluate_task(model, tok, task, num_generations=G, seed=seed) if evaluate and not resume else {}
@@ -176,6 +222,108 @@ def run_recipe(recipe: Recipe, seed: int = 0, progress: bool = True, evaluate: b
     grpo_eval = evaluate_task(result.model, tok, task, num_generations=G, seed=seed) if evaluate else {}
     times["eval"] += time.perf_counter() - t
     return RecipeResult(result.model, tok, task, sft_eval, grpo_eval, result, sft_hist, times)
+
+
+# ----------------------------------------------------------------------------- recipes from data, and defaults
+
+def dataset_recipe(dataset: str, reward_funcs: Sequence[str], reward_weights: Sequence[float] | None = None,
+                   eval_dataset: str | None = None, sft: bool = False) -> Recipe:
+    """A recipe for a pretrained model on your data (``minigrpo train llm --dataset FILE --reward-funcs M:F``): GRPO
+    at TRL's full fine-tuning rate (:data:`PRETRAINED_LEARNING_RATE`), 8 completions per prompt; SFT only with
+    ``sft`` (on the data's completion, solution or answer column). Its smoke variant: 2 steps of 2 prompts × 4
+    completions of at most 32 tokens, 4 held-out prompts."""
+    return Recipe(
+        task="dataset", dataset=str(dataset), eval_dataset=None if eval_dataset is None else str(eval_dataset),
+        reward_funcs=tuple(reward_funcs), reward_weights=None if reward_weights is None else tuple(reward_weights),
+        sft=SFTConfig(steps=100, batch_size=8, learning_rate=PRETRAINED_SFT_LEARNING_RATE) if sft else None,
+        grpo=GRPOConfig(max_steps=100, prompts_per_step=8, num_generations=8, learning_rate=PRETRAINED_LEARNING_RATE,
+                        eval_every=0),
+        smoke_overrides=("grpo.max_steps=2", "grpo.prompts_per_step=2", "grpo.num_generations=4",
+                         "grpo.max_completion_length=32", "task_kwargs.eval_size=4")
+        + (("sft.steps=2", "sft.batch_size=2") if sft else ()))
+
+
+def pretrained_defaults(recipe: Recipe, lora: bool, explicit: set[str]) -> Recipe:
+    """``recipe`` with learning rates suited to a pretrained model, where ``explicit`` (the qualified fields the user
+    set: ``grpo.learning_rate``, ...) does not say otherwise: GRPO :data:`PRETRAINED_LEARNING_RATE`, or
+    :data:`PRETRAINED_LORA_LEARNING_RATE` with LoRA; SFT :data:`PRETRAINED_SFT_LEARNING_RATE`."""
+    if "grpo.learning_rate" not in explicit:
+        lr = PRETRAINED_LORA_LEARNING_RATE if lora else PRETRAINED_LEARNING_RATE
+        recipe = replace(recipe, grpo=replace(recipe.grpo, learning_rate=lr))
+    if recipe.sft is not None and "sft.learning_rate" not in explicit:
+        recipe = replace(recipe, sft=replace(recipe.sft, learning_rate=PRETRAINED_SFT_LEARNING_RATE))
+    return recipe
+
+
+@dataclass
+class ScriptArguments:
+    """What ``minigrpo train llm --config recipe.yaml`` reads beside ``GRPOConfig``'s fields, under TRL's names where
+    TRL has them (``trl grpo``'s ScriptArguments / GRPOScriptArguments / ModelConfig), so that
+    ``HfArgumentParser((ScriptArguments, GRPOConfig)).parse_yaml_file(path)`` reads the same file."""
+
+    recipe: str | None = None  #: a built-in recipe (--recipe); or give dataset_name
+    model_name_or_path: str | None = None  #: --model: a short name (smollm2), a folder or a hub name
+    dataset_name: str | None = None  #: --dataset: a local .jsonl/.json/.csv/.parquet file (TRL: also hub names)
+    eval_dataset_name: str | None = None  #: --eval-dataset: the held-out file
+    reward_funcs: list[str] = field(default_factory=list)  #: --reward-funcs: MODULE:FUNCTION names
+    reward_weights: list[float] | None = None  #: --reward-weights: one per reward function (a GRPOConfig field in TRL)
+    sft: bool = False  #: --sft: SFT on the data's completion column before GRPO
+    use_peft: bool = False  #: --lora: train LoRA adapters (TRL's ModelConfig.use_peft)
+    lora_r: int | None = None  #: --lora-r
+    lora_alpha: int | None = None  #: --lora-alpha
+
+    def __post_init__(self):
+        check_config_types(self)
+
+
+def read_config(path: str | Path) -> tuple[ScriptArguments, dict]:
+    """A YAML recipe: ``(script arguments, {GRPOConfig field: value})`` for the GRPOConfig keys the file sets.
+
+    Read by ``HfArgumentParser((ScriptArguments, GRPOConfig))`` (TRL's reader), so GRPOConfig's own checks run;
+    numbers written as ``1e-6`` (which YAML reads as text) are read by the field's type first. Relative paths of
+    the data set are taken from the current folder, else from the YAML file's folder, which also joins ``sys.path``
+    for the reward modules. Every failure is a one-sentence ValueError naming the file.
+    """
+    import sys
+
+    import yaml
+    from transformers import HfArgumentParser
+
+    path = Path(path).expanduser()
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"--config {path}: cannot read it ({exc.strerror or exc})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--config {path} is not valid YAML ({_one_line(exc)})") from None
+    data = {} if data is None else data
+    if not isinstance(data, dict):
+        raise ValueError(f"--config {path} must hold a mapping of keys to values, got a {type(data).__name__}")
+    script_fields = {f.name for f in dataclasses.fields(ScriptArguments)}
+    grpo_fields = {f.name for f in dataclasses.fields(GRPOConfig)}
+    hints = typing.get_type_hints(GRPOConfig)
+    for key in data:
+        if key not in script_fields | grpo_fields:
+            close = difflib.get_close_matches(str(key), script_fields | grpo_fields, n=1)
+            raise ValueError(f"--config {path}: unknown key {key!r}" + (f" (did you mean {close[0]}?)" if close else
+                             "; keys are GRPOConfig's fields and " + ", ".join(sorted(script_fields))))
+        if key in grpo_fields and isinstance(data[key], str) and hints[key] in (float, int, float | None, int | None):
+            data[key] = parse_value(data[key], hints[key], f"--config {path}: {key}")
+    for key in ("dataset_name", "eval_dataset_name"):
+        if data.get(key) and not Path(data[key]).expanduser().is_absolute() and not Path(data[key]).exists() \
+                and (path.parent / data[key]).exists():
+            data[key] = str(path.parent / data[key])
+    try:
+        script, grpo = HfArgumentParser((ScriptArguments, GRPOConfig)).parse_dict(data)
+    except (ValueError, TypeError, ImportError) as exc:
+        raise ValueError(f"--config {path}: {_one_line(exc)}") from None
+    if str(path.parent.resolve()) not in sys.path:
+        sys.path.append(str(path.parent.resolve()))  # after the current folder: reward modules beside the YAML
+    return script, {k: getattr(grpo, k) for k in data if k in grpo_fields}
+
+
+def _one_line(text) -> str:
+    return next((line.strip() for line in str(text).splitlines() if line.strip()), "")
 
 
 # ----------------------------------------------------------------------------- field=value overrides

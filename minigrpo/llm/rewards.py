@@ -33,9 +33,14 @@ the same rewards run in TRL on a data set with only a ``prompt`` column.
 from __future__ import annotations
 
 import functools
+import importlib
+import inspect
 import math
 import numbers
+import sys
+import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 #: keyword arguments TRL passes itself: a data-set column with one of these names would clash
@@ -98,9 +103,26 @@ def _as_reward(value: Any, name: str, i: int) -> float:
     return value
 
 
+class RewardFunctionError(ValueError):
+    """A reward function raised an exception of its own (chained as ``__cause__``); the message names the function
+    and the line of its file where it happened."""
+
+
+def _where(exc: BaseException) -> str:
+    """``file.py:12`` of the innermost frame of ``exc``'s traceback (the line that raised)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
+
+
 def call_reward_func(func: RewardFunc, name: str, prompts: list, completions: list, **kwargs) -> list[float]:
-    """Call ``func`` as TRL does (keywords only) and check what it returns: one finite number or None each."""
-    out = func(prompts=prompts, completions=completions, **kwargs)
+    """Call ``func`` as TRL does (keywords only) and check what it returns: one finite number or None each. An
+    exception inside ``func`` becomes a :class:`RewardFunctionError` naming it and the line that raised."""
+    try:
+        out = func(prompts=prompts, completions=completions, **kwargs)
+    except Exception as exc:
+        raise RewardFunctionError(f"reward function {name!r} raised {type(exc).__name__}: "
+                                  f"{str(exc).strip().splitlines()[0] if str(exc).strip() else '(no message)'} "
+                                  f"(at {_where(exc)})") from exc
     if isinstance(out, (str, bytes)) or not hasattr(out, "__iter__"):
         raise TypeError(f"reward function {name!r} returned {type(out).__name__}, not a list with one reward "
                         "per completion")
@@ -109,6 +131,66 @@ def call_reward_func(func: RewardFunc, name: str, prompts: list, completions: li
         raise ValueError(f"reward function {name!r} returned {len(out)} rewards for {len(completions)} "
                          "completions: it must return exactly one per completion")
     return [_as_reward(v, name, i) for i, v in enumerate(out)]
+
+
+def check_reward_signature(func: RewardFunc, name: str, columns: Sequence[str]) -> None:
+    """Refuse, in one sentence, a reward function that cannot be called as TRL calls it: keywords ``prompts``,
+    ``completions``, TRL's own (``completion_ids``, ``trainer_state``, ``log_extra``, ``log_metric``) and one per
+    ``columns`` of the data set. (A function whose signature Python cannot read is let through.)"""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    keywords = ["prompts", "completions", *RESERVED_KWARGS[2:], *columns]
+    try:
+        signature.bind(**dict.fromkeys(keywords))
+    except TypeError as exc:
+        text = str(exc)
+        if "missing" in text:
+            wanted = text.split("'")[1] if "'" in text else text
+            raise TypeError(f"reward function {name}{signature} asks for {wanted!r}, which is neither a keyword TRL "
+                            f"passes nor a column of the data set (columns: {', '.join(columns) or 'none'}): give it "
+                            "a default or rename the column") from None
+        if not any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values()):
+            raise TypeError(f"reward function {name}{signature} cannot take the keyword arguments TRL passes "
+                            f"(prompts, completions, {', '.join(keywords[2:])}): add **kwargs to its parameters, "
+                            f"e.g. def {name}(prompts, completions, **kwargs)") from None
+        raise TypeError(f"reward function {name}{signature} cannot be called as TRL calls it ({text}): take "
+                        "prompts and completions by keyword, and **kwargs") from None
+
+
+def import_reward_func(spec: str, where: str = "--reward-funcs") -> RewardFunc:
+    """The function ``spec`` names: ``MODULE:FUNCTION`` (or TRL's ``MODULE.FUNCTION``), the module imported from
+    the current folder (put first on ``sys.path``) or the installed packages; one-sentence ValueErrors."""
+    module_name, sep, attribute = spec.strip().partition(":")
+    if not sep and "." in spec:
+        module_name, _, attribute = spec.strip().rpartition(".")
+    if not module_name or not attribute:
+        raise ValueError(f"{where}: {spec!r} must be MODULE:FUNCTION, e.g. my_rewards:exact for the function exact "
+                         "of my_rewards.py in the current folder")
+    cwd = str(Path.cwd())
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise ValueError(f"{where}: there is no module {module_name!r} to import ({module_name.replace('.', '/')}"
+                             f".py is neither in the current folder {cwd} nor installed)") from None
+        raise ValueError(f"{where}: importing {module_name} failed because it imports {exc.name!r}, which is not "
+                         "installed") from None
+    except Exception as exc:
+        raise ValueError(f"{where}: importing {module_name} raised {type(exc).__name__}: {exc} (at {_where(exc)})") \
+            from None
+    if not hasattr(module, attribute):
+        functions = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+                           and getattr(v, "__module__", None) == module.__name__)
+        raise ValueError(f"{where}: {module_name} ({getattr(module, '__file__', '?')}) has no {attribute!r}"
+                         + (f"; its functions: {', '.join(functions)}" if functions else ""))
+    func = getattr(module, attribute)
+    if not callable(func):
+        raise ValueError(f"{where}: {module_name}:{attribute} is a {type(func).__name__}, not a function")
+    return func
 
 
 def combine_rewards(per_func: dict[str, list[float]], weights: Sequence[float]) -> list[float]:
@@ -180,5 +262,6 @@ def task_reward_funcs(task) -> tuple[list[TaskReward], list[float]]:
     return [TaskReward(task, "correctness"), TaskReward(task, "format")], [1.0, task.format_weight]
 
 
-__all__ = ["RESERVED_KWARGS", "TaskReward", "call_reward_func", "check_reward_funcs", "combine_rewards",
-           "completion_text", "reward_func_metrics", "reward_func_name", "run_reward_funcs", "task_reward_funcs"]
+__all__ = ["RESERVED_KWARGS", "RewardFunctionError", "TaskReward", "call_reward_func", "check_reward_funcs",
+           "check_reward_signature", "combine_rewards", "completion_text", "import_reward_func", "reward_func_metrics",
+           "reward_func_name", "run_reward_funcs", "task_reward_funcs"]
