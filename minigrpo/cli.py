@@ -280,7 +280,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         _error("train", _one_line(exc, limit=400))
         return 2
     except Exception as exc:
-        if type(exc).__name__ in DIVERGED:  # the trainers' NaN/inf detection: a run that failed, said in a sentence
+        from minigrpo.infra.divergence import TrainingDiverged  # torch is loaded by now
+
+        if isinstance(exc, TrainingDiverged):  # the trainers' NaN/inf detection: a run that failed, in a sentence
             _error("train", _one_line(exc, limit=400))
             return 1
         raise
@@ -291,10 +293,6 @@ def cmd_train(args: argparse.Namespace) -> int:
                  lora=lora_record)
         print(_summary(result, out, recipe.grpo.num_generations, recipe))
     return 0
-
-
-#: names of the exceptions the trainers raise when training diverges (NaN or inf in the loss, weights or logits)
-DIVERGED = ("TrainingDiverged", "TrainingDivergedError")
 
 
 def _lora_config(args: argparse.Namespace):

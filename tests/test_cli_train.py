@@ -286,9 +286,7 @@ def test_resume_finds_the_checkpoint_first_and_does_not_run_sft_again(in_workspa
 
 def test_a_diverging_run_is_one_sentence_and_exit_status_1(in_workspace, capsys, monkeypatch):
     import minigrpo.llm.recipes as recipes
-
-    class TrainingDiverged(RuntimeError):
-        pass
+    from minigrpo.infra.divergence import TrainingDiverged
 
     def diverge(*args, **kwargs):
         raise TrainingDiverged("the policy's logits became NaN at GRPO step 3: lower the learning rate")
