@@ -34,8 +34,9 @@ import inspect
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,13 +50,18 @@ NOT_IMPLEMENTED = "not implemented yet"
 SHOW_ITEMS = 12
 
 
-class GradingTimeout(Exception):
-    """Raised inside a learner's code when it runs past its time limit."""
+class GradingTimeout(BaseException):
+    """Raised inside a learner's code when it runs past its time limit.
+
+    A BaseException, like KeyboardInterrupt, so that a learner's ``try: ... except Exception:`` (around a loop that
+    never ends, say) cannot swallow it. A bare ``except:`` still can: ``minigrpo grade`` therefore runs the learner's
+    code in a child process that it kills past the limit (:mod:`minigrpo_course.grading.sandbox`)."""
 
 
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt the block with :class:`GradingTimeout` after ``seconds`` (wall-clock).
+    """Interrupt the block with :class:`GradingTimeout` after ``seconds`` (wall-clock), and again every second
+    after that until the block ends (in case the first one was swallowed).
 
     Uses SIGALRM, so it works in the main thread on Linux and macOS (Jupyter runs cells there).
     Elsewhere the block runs without a limit.
@@ -68,13 +74,19 @@ def time_limit(seconds: float) -> Iterator[None]:
     def _raise(signum, frame):
         raise GradingTimeout(f"did not finish within {seconds:g} s")
 
+    # Nested limits (a property test's, around the cells the learner's notebook runs inside it): the inner one
+    # never outlasts the outer one, and the outer one resumes with what is left of it.
+    outer, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
     previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer > 0 else seconds, 1.0)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 1e-3), outer_interval)
 
 
 # --- Showing values (inputs and results alike)
@@ -493,6 +505,8 @@ def outcome(item: Item, case: Case, fn: Callable, seconds: float = 0, inputs: In
             return case.call.run(fn, inputs) if case.call else inputs(fn)
     except (GradingTimeout, NotImplementedError):
         raise
+    except SystemExit as exc:  # sys.exit() in the learner's function: a failure of that case, not the grader's end
+        return Raised(SystemExit, f"the function called sys.exit({'' if exc.code is None else repr(exc.code)})")
     except Exception as exc:  # noqa: BLE001 - any exception of the learner's code is a result
         return Raised(type(exc), str(exc).splitlines()[0] if str(exc) else "")
 
@@ -509,7 +523,7 @@ def _cached(item: Item, case: Case, key: str, fn: Callable) -> Any:
     if slot not in item._outcomes:
         try:
             item._outcomes[slot] = outcome(item, case, fn)
-        except Exception as exc:  # noqa: BLE001 - a mistake that times out or stops explains nothing
+        except (Exception, GradingTimeout) as exc:  # noqa: BLE001 - a mistake that times out or stops explains nothing
             item._outcomes[slot] = Raised(type(exc), "")
     return item._outcomes[slot]
 
@@ -576,11 +590,14 @@ def _float32_close(got: Any, expected: Any, case: Case) -> bool:
     return bool(((g - e).abs() <= FLOAT32_RTOL * scale + 10 * case.atol).all())
 
 
-def run_case(item: Item, case: Case, fn: Callable) -> CaseResult:
+def run_case(item: Item, case: Case, fn: Callable, watch: Callable | None = None) -> CaseResult:
+    """Grade ``fn`` on one case. ``watch(item, case)``, when given, is a context manager around the call into the
+    learner's code (the grader's child process reports each call to its parent with it)."""
     expected = _cached(item, case, "reference", item.reference)
     inputs = item.inputs(case)
     try:
-        got = outcome(item, case, fn, item.time_limit, inputs=inputs)
+        with watch(item, case) if watch else nullcontext():
+            got = outcome(item, case, fn, item.time_limit, inputs=inputs)
     except NotImplementedError:
         return CaseResult(case, False, f"{NOT_IMPLEMENTED}: replace `raise NotImplementedError` with your code")
     except GradingTimeout:
@@ -644,8 +661,8 @@ def _diagnose(item: Item, results: list[CaseResult]) -> None:
             r.hint = hint
 
 
-def run_item(item: Item, fn: Callable | None, quick: bool = False) -> ItemResult:
-    """Grade ``fn`` on the item's cases (only the quick ones if ``quick``)."""
+def run_item(item: Item, fn: Callable | None, quick: bool = False, watch: Callable | None = None) -> ItemResult:
+    """Grade ``fn`` on the item's cases (only the quick ones if ``quick``); ``watch``: see :func:`run_case`."""
     cases = [c for c in item.cases if c.quick or not quick]
     if fn is None:
         msg = f"no function named `{item.function}` was defined (did its cell run without errors?)"
@@ -656,6 +673,6 @@ def run_item(item: Item, fn: Callable | None, quick: bool = False) -> ItemResult
             # One time-out is enough: don't make the learner wait for every remaining case.
             results.append(CaseResult(case, False, "not run: an earlier case ran out of time"))
         else:
-            results.append(run_case(item, case, fn))
+            results.append(run_case(item, case, fn, watch))
     _diagnose(item, results)
     return ItemResult(item, results)

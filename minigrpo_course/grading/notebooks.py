@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,22 +57,54 @@ class LoadedNotebook:
         return self.namespace.get(name)
 
 
-def load_functions(path: str | Path, seconds: float = 30.0) -> LoadedNotebook:
-    """Run the exercise cells of a notebook (only those) and return what they define."""
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d)\.\d+["']""")
+_EXERCISE_NUMBER = re.compile(r"^\s*#\s*EXERCISE\s+(\d\d)\.\d+", flags=re.M)
+_TITLE = re.compile(r"^#\s*Exercise\s+(\d\d)\b", flags=re.M)
+
+
+def exercise_numbers(nb) -> set[str]:
+    """The exercise numbers a notebook says it is: from its ``# EXERCISE NN.k`` cells, its ``check("NN.k", …)``
+    calls and its ``# Exercise NN —`` title (empty for a notebook that says none)."""
+    found = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            found.update(_CHECK_CALL.findall(cell.source))
+            found.update(_EXERCISE_NUMBER.findall(cell.source))
+        elif cell.cell_type == "markdown":
+            found.update(_TITLE.findall(cell.source))
+    return found
+
+
+def cell_label(cell, index: int) -> str:
+    """How a verdict names a notebook cell: its index and its first line (``cell 3, `# EXERCISE 01.1 …```)."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "(empty)")
+    return f"cell {index} (`{first if len(first) <= 50 else first[:49] + '…'}`)"
+
+
+def load_functions(path: str | Path, seconds: float = 30.0, on_cell: Callable | None = None) -> LoadedNotebook:
+    """Run the exercise cells of a notebook (only those) and return what they define.
+
+    A cell that raises, calls ``sys.exit()`` or runs past ``seconds`` is reported in ``errors`` (one line naming
+    the cell) and the next cells still run. ``on_cell(index)``, when given, is a context manager around each cell
+    (the grader's child process tells its parent which cell runs, in case one ends the process)."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     loaded = LoadedNotebook(path, {"__name__": f"notebook_{path.stem}"})
     for i, cell in enumerate(nb.cells):
         if not is_exercise_cell(cell):
             continue
+        where = cell_label(cell, i)
         try:
             code = compile(cell.source, f"{path.name}[cell {i}]", "exec")
-            with time_limit(seconds):
+            with on_cell(i) if on_cell else nullcontext(), time_limit(seconds):
                 exec(code, loaded.namespace)  # noqa: S102 - running the learner's own notebook
         except GradingTimeout:
-            loaded.errors.append(f"cell {i} did not finish within {seconds:g} s")
+            loaded.errors.append(f"{where} did not finish within {seconds:g} s")
+        except SystemExit as exc:
+            code_text = "" if exc.code is None else repr(exc.code)
+            loaded.errors.append(f"{where} called sys.exit({code_text}): remove it, the notebook must run to the end")
         except Exception as exc:  # noqa: BLE001
-            loaded.errors.append(f"cell {i} raised {type(exc).__name__}: {exc}")
+            loaded.errors.append(f"{where} raised {type(exc).__name__}: {exc}")
     return loaded
 
 
