@@ -763,3 +763,26 @@ def test_a_cap_that_is_not_positive_must_be_refused():
     assert failed == {"cap 0 is refused with a ValueError", "a negative cap is refused with a ValueError"}
     assert "cap > 0" in result.first_failure.hint
     assert run_item(get_item("07.6"), no_cap_check, quick=True).passed  # the check cell does not ask (verdicts kept)
+
+
+# ----------------------------------------------------------------------------- every item listed (issue 24)
+
+
+def test_the_item_list_read_from_the_graders_source_is_the_registry():
+    """`minigrpo list` reads the items without importing the graders (it stays instant): the same items, functions
+    and titles as minigrpo_course.grading.EXERCISES, in the same order."""
+    from minigrpo_course.exercise_items import exercise_items
+
+    read = {n: (title, [(i.id, i.function, i.title) for i in its]) for n, (title, its) in exercise_items().items()}
+    registry = {n: (title, [(i.id, i.function, i.title) for i in its]) for n, (title, its) in EXERCISES.items()}
+    assert read == registry
+
+
+def test_list_shows_every_item_of_every_exercise(capsys, tmp_path, monkeypatch):
+    from minigrpo_course.cli import main
+
+    monkeypatch.setenv("MINIGRPO_HOME", str(tmp_path))
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for item in ALL_ITEMS:
+        assert f"        {item.id:5s} {item.function:27s} {item.title}\n" in out, item.id
