@@ -182,3 +182,40 @@ def sync_exercises(root: Path | None = None, check: bool = False, force: bool = 
         if not check:
             target.write_text(text, encoding="utf-8")
     return changed, kept
+
+
+def committed_text(path: Path, root: Path) -> str | None:
+    """The file as committed in the checkout at ``root`` (``git show HEAD:<path>``), or None where that cannot be
+    known (no git, not a checkout, an untracked file)."""
+    import subprocess
+
+    try:
+        rel = Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+        proc = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{rel}"], capture_output=True, timeout=60)
+    except (ValueError, OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.decode("utf-8") if proc.returncode == 0 else None
+
+
+def stale_exercises(root: Path | None = None) -> tuple[list[Path], list[Path]]:
+    """``(stale, learners)``: the exercise notebooks that ``make-exercises`` would rewrite, and those that hold a
+    learner's answers and were judged by their committed version instead.
+
+    The suite checks that exercises/ is in sync with solutions/. A learner's notebook differs from the generated
+    stubs by design, so it is judged by what the checkout committed (``git show HEAD:exercises/NN_x.ipynb``): a
+    learner working through the exercises never makes the suite fail, and a stale committed stub still does.
+    Outside a git checkout a learner's notebook cannot be judged and is only listed."""
+    root = Path(root or repo_root())
+    stale, learners = [], []
+    for sol in sorted((root / "solutions").glob("*.ipynb")):
+        target = root / "exercises" / sol.name
+        text = exercise_text(sol)
+        if target.exists() and target.read_text(encoding="utf-8") == text:
+            continue
+        if target.exists() and has_learner_work(target):
+            learners.append(target)
+            committed = committed_text(target, root)
+            if committed is None or committed == text:
+                continue
+        stale.append(target)
+    return stale, learners
