@@ -828,3 +828,118 @@ def test_a_learners_exercise_notebook_is_judged_by_its_committed_version(tmp_pat
     solution.cells[0].source += "\nA new sentence."  # the solutions move on, the committed stub does not
     nbformat.write(solution, tmp_path / "solutions" / sol.name)
     assert stale_exercises(tmp_path) == ([mine], [mine])
+
+
+# ----------------------------------------------------------------------------- hints that explain the failures (issue 24)
+
+
+def _population_std(convert_integers: bool):
+    """A learner's group_advantages with the population std (and, optionally, no conversion of integer rewards)."""
+    def group_advantages(rewards, group_size, scale="group", eps=1e-4):
+        rewards = torch.as_tensor(rewards)
+        if convert_integers and not rewards.is_floating_point():
+            rewards = rewards.float()
+        if group_size < 2 or rewards.numel() == 0 or rewards.numel() % group_size:
+            raise ValueError("each group needs group_size >= 2 rewards")
+        if scale not in ("group", "batch", "none"):
+            raise ValueError(f"unknown scale {scale!r}")
+        g = rewards.view(-1, group_size)
+        centred = g - g.mean(1, keepdim=True)
+        if scale == "none":
+            return centred.reshape(-1)
+        std = g.std(1, unbiased=False, keepdim=True) if scale == "group" else rewards.std(unbiased=False)
+        return (centred / (std + eps)).reshape(-1)
+    return group_advantages
+
+
+@pytest.mark.parametrize("convert_integers", [True, False])
+def test_a_population_std_answer_is_told_about_the_std_not_about_integer_rewards(convert_integers):
+    """The hint shown is the one that explains the failures: the population-std mistake reproduces every value the
+    answer returns, so it is shown even when the same answer also raises on integer rewards (whose case keeps its own
+    hint), never the integer-rewards hint alone."""
+    population = next(w for w in get_item("05.1").wrong_answers if w.name == "population std")
+    for quick in (True, False):
+        result = run_item(get_item("05.1"), _population_std(convert_integers), quick=quick)
+        assert result.first_failure.hint == population.hint, result.report()
+        assert "integer" not in result.summary() and "integer" not in result.report()
+    integers = next(c for c in run_item(get_item("05.1"), _population_std(False)).cases if "integer" in c.case.name)
+    assert not integers.passed and "convert integer rewards" in integers.hint
+
+
+def test_no_hint_is_shown_for_failures_it_does_not_explain():
+    """Wrong in a way no typical mistake reproduces, and refusing integers: the verdict shows the first failing case
+    as it is, not the integer case picked for having a hint."""
+    def scaled(rewards, group_size, scale="group", eps=1e-4):
+        if rewards.dtype == torch.int64:
+            raise TypeError("integers")
+        return 1.5 * get_item("05.1").reference(rewards, group_size, scale, eps)
+
+    result = run_item(get_item("05.1"), scaled)
+    assert result.first_failure is next(c for c in result.cases if not c.passed) and result.first_failure.hint == ""
+
+
+def _td_float32_mask(rewards, values, next_values, terminated, gamma):
+    """02.1 the way the old hint suggested: a float32 mask (float64 result, γ rounded to float32)."""
+    terminated = torch.as_tensor(terminated).bool()
+    if not (rewards.shape == values.shape == next_values.shape == terminated.shape):
+        raise ValueError("shapes differ")
+    return rewards + gamma * (~terminated) * next_values - values
+
+
+def _gae_float32_mask(rewards, values, next_values, terminated, truncated, gamma, lam):
+    """02.2 with `1 − flags.float()` masks: a float64 result, γ and γλ rounded to float32."""
+    term, trunc = torch.as_tensor(terminated).bool(), torch.as_tensor(truncated).bool()
+    if not (rewards.shape == values.shape == next_values.shape == term.shape == trunc.shape):
+        raise ValueError("shapes differ")
+    deltas = rewards + gamma * (1 - term.float()) * next_values - values
+    keep = 1 - (term | trunc).float()
+    out, running = torch.zeros_like(deltas), torch.zeros_like(deltas[0])
+    for t in reversed(range(len(deltas))):
+        running = deltas[t] + gamma * lam * keep[t] * running
+        out[t] = running
+    return out
+
+
+def _targets_float32_mask(rewards, next_values, terminated, truncated, gamma, truncation_is_terminal=False):
+    term, trunc = torch.as_tensor(terminated).bool(), torch.as_tensor(truncated).bool()
+    if not (rewards.shape == next_values.shape == term.shape == trunc.shape):
+        raise ValueError("shapes differ")
+    stop = term | trunc if truncation_is_terminal else term
+    return rewards + gamma * (1 - stop.float()) * next_values
+
+
+@pytest.mark.parametrize("item_id,fn", [("02.1", _td_float32_mask), ("02.2", _gae_float32_mask),
+                                        ("02.4", _targets_float32_mask)])
+def test_a_float32_mask_gets_a_hint_about_the_mask_not_about_a_float_call(item_id, fn):
+    """A float32 mask leaves a float64 result with γ rounded to float32: the hint names that path (a mask from the
+    flags), not a `.float()` of the result; a computation cast down to float32 gets the other hint."""
+    result = run_item(get_item(item_id), fn)
+    failed = [c for c in result.cases if not c.passed]
+    assert failed and all("a float32 tensor took part" in c.hint and "mask" in c.hint for c in failed), result.report()
+    assert result.first_failure.hint == failed[0].hint and "your result is float32" not in result.report()
+    cast_down = run_item(get_item(item_id), _float32(get_item(item_id).reference))
+    assert all("your result is float32" in c.hint for c in cast_down.cases if not c.passed), cast_down.report()
+
+
+def _td_variant(mask):
+    def td_residuals(rewards, values, next_values, terminated, gamma):
+        terminated = torch.as_tensor(terminated).bool()
+        if not (rewards.shape == values.shape == next_values.shape == terminated.shape):
+            raise ValueError("shapes differ")
+        return rewards + gamma * mask(terminated, next_values) * next_values - values
+    return td_residuals
+
+
+@pytest.mark.parametrize("mask", [
+    lambda term, v: (~term).to(v.dtype), lambda term, v: 1 - term.to(v.dtype),
+    lambda term, v: term.logical_not().to(v.dtype), lambda term, v: torch.where(term, 0.0, 1.0).to(v.dtype),
+], ids=["~flags in the values' dtype", "1 - flags in the values' dtype", "logical_not", "torch.where"])
+def test_every_mask_the_spec_allows_passes_02_1(mask):
+    result = run_item(get_item("02.1"), _td_variant(mask))
+    assert result.passed, result.report()
+
+
+def test_no_hint_recommends_a_float32_mask():
+    for item in ALL_ITEMS:
+        for text in [c.hint for c in item.cases] + [w.hint for w in item.wrong_answers]:
+            assert ".float()" not in text or "float32" in text, (item.id, text)

@@ -85,7 +85,7 @@ def test_a_loop_that_swallows_every_exception_is_killed_at_the_hard_limit(tmp_pa
 
 def test_sys_exit_in_a_function_fails_its_cases_and_the_grading_goes_on(tmp_path):
     rows, _, _ = _grade_01(tmp_path, "import sys\n\ndef reward_to_go(rewards, gamma):\n    sys.exit(3)\n")
-    assert not rows["01.1"].passed and "SystemExit" in rows["01.1"].detail
+    assert not rows["01.1"].passed and "raised SystemExit: the function called sys.exit(3)" in rows["01.1"].detail
     assert not rows["01 property tests"].passed and "SystemExit" in rows["01 property tests"].detail
     _rest_passes(rows)
 
