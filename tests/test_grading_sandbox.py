@@ -144,3 +144,16 @@ def test_notebooks_and_property_tests_run_with_pytest_randomly_off():
     """With pytest-randomly installed, nbval would run the cells of a notebook shuffled."""
     assert "no:randomly" in grade.nbval_command("01_reinforce.ipynb")
     assert "no:randomly" in sandbox.property_test_args(ROOT / "tests/grading/test_ex01.py", "x.ipynb")
+
+
+def test_a_process_the_learners_code_leaves_running_is_stopped_with_it(tmp_path):
+    pid_file = tmp_path / "pid"
+    source = (f"import subprocess\nfrom minigrpo.advantages import reward_to_go as package\n\n"
+              f"def reward_to_go(rewards, gamma):\n    p = subprocess.Popen(['sleep', '300'])\n"
+              f"    open({str(pid_file)!r}, 'w').write(str(p.pid))\n    return package(rewards, gamma)\n")
+    rows, _, seconds = _grade_01(tmp_path, source, tests=False)
+    assert rows["01.1"].passed and seconds < 60
+    pid = int(pid_file.read_text())
+    time.sleep(0.5)
+    stat = Path(f"/proc/{pid}/stat")
+    assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", "still running"  # gone, or a zombie

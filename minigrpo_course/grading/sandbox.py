@@ -158,6 +158,8 @@ def _run_child(spec: dict, graded: Graded) -> dict | None:
                     break
                 time.sleep(0.05)
         proc.wait()
+        with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what the learner's code started and left running
         drain.join(timeout=5)
         graded.output_head += drain.head
         graded.output_chars += drain.chars
