@@ -215,7 +215,8 @@ def grade(exercise: str, path: Path | None = None, notebook: bool = True, tests:
     """Grade one exercise notebook: its items and property tests in a child process, its notebook under nbval."""
     path = Path(path or find_notebook(exercise, repo_root() / "exercises"))
     with_tests = tests and property_tests(exercise) is not None
-    child = grade_in_child(exercise, path, [item.id for item in items(exercise)], with_tests)
+    child = grade_in_child(exercise, path, [item.id for item in items(exercise)],
+                           property_tests(exercise) if with_tests else None)
     rows, reports = [], []
     for item in items(exercise):
         got = child.items[item.id]

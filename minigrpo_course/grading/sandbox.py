@@ -189,9 +189,10 @@ def _without_cell(path: Path, index: int, folder: Path) -> Path:
     return copy
 
 
-def grade_in_child(exercise: str, path: Path, item_ids: list[str], tests: bool, cell_limit: float | None = None,
+def grade_in_child(exercise: str, path: Path, item_ids: list[str], tests: Path | None,
+                   cell_limit: float | None = None,
                    test_limit: float | None = None, case_limit: float | None = None) -> Graded:
-    """Grade the items ``item_ids`` of ``exercise`` (and, with ``tests``, run its property tests) on the notebook
+    """Grade the items ``item_ids`` of ``exercise`` (and run its property tests, the file ``tests``) on the notebook
     at ``path``, in child processes; see the module's docstring. The soft limits are :data:`CELL_LIMIT` per cell,
     :data:`TEST_LIMIT` per property test and each item's own per case (at most ``case_limit`` or
     :data:`CASE_LIMIT`, when given)."""
@@ -202,13 +203,13 @@ def grade_in_child(exercise: str, path: Path, item_ids: list[str], tests: bool, 
     from minigrpo_course.grading.notebooks import cell_label
 
     graded = Graded()
-    todo, run_tests, source = list(item_ids), tests, Path(path).resolve()
+    todo, run_tests, source = list(item_ids), tests is not None, Path(path).resolve()
     with tempfile.TemporaryDirectory(prefix="minigrpo-notebook-") as folder:
         for _ in range(len(todo) + 40):  # every restart leaves out a cell, an item or the tests
             if not todo and not run_tests:
                 break
             spec = {"exercise": exercise, "path": str(source), "original": str(path), "items": todo,
-                    "tests": run_tests, "cell_limit": cell_limit, "test_limit": test_limit, "case_limit": case_limit,
+                    "tests": str(tests) if run_tests else None, "cell_limit": cell_limit, "test_limit": test_limit, "case_limit": case_limit,
                     "errors": graded.load_errors}
             stopped = _run_child(spec, graded)
             todo = [i for i in todo if i not in graded.items]
@@ -319,10 +320,9 @@ def property_test_args(tests: Path, notebook: str, rootdir: Path | None = None) 
 def _run_property_tests(spec: dict, events: _Events) -> None:
     import pytest
 
-    from minigrpo_course.grading.grade import property_tests
     from minigrpo_course.progress import repo_root
 
-    tests = property_tests(spec["exercise"])
+    tests = Path(spec["tests"])
     plugin = _property_plugin(events, spec["test_limit"])
     code = pytest.main(property_test_args(tests, spec["path"], repo_root()), plugins=[plugin])
     shown = f"tests/grading/{tests.name}"
