@@ -243,25 +243,62 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 2
 
 
+def _grade_status(grade) -> str:
+    """What `list` says about an exercise's recorded grade (and the latest partial one kept beside it)."""
+    from minigrpo_course.progress import PARTS, covers
+
+    def one(g: dict) -> str:
+        parts = covers(g)
+        text = f"{g['score']}/{g['total']}" + (f" on {g['when']}" if g.get("when") else "")
+        if parts != PARTS:
+            text += f" ({' and '.join(parts)} only)" if len(parts) < 3 else ""
+        return text
+
+    if not (isinstance(grade, dict) and {"score", "total"} <= grade.keys()):
+        return "not graded yet"
+    status = f"graded {one(grade)}"
+    partial = grade.get("partial")
+    if isinstance(partial, dict) and {"score", "total"} <= partial.keys():
+        status += f"; since then {one(partial)}"
+    return status
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    try:
+        return _list()
+    except BrokenPipeError:  # `minigrpo list | head`: the reader has all it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+
+
+def _list() -> int:
+    from minigrpo_course.exercise_items import exercise_items
     from minigrpo_course.progress import grades, grades_path
+    from minigrpo_course.state import StateFileError
 
     root = repo_root()
     lessons, exercises = _notebooks(root / "notebooks"), _notebooks(root / "exercises")
-    done = grades()
+    try:
+        done, unreadable = grades(), None
+    except StateFileError as exc:
+        done, unreadable = {}, str(exc)
+    graded_items = exercise_items()
     print("lessons (notebooks/; run one with: minigrpo run NN)")
     for number, path in lessons.items():
         exercise = f"exercise {number}" if number in exercises else "-"
         print(f"  {number}  {_title(path):58s} {exercise}")
     print("\nexercises (exercises/; grade one with: minigrpo grade NN)")
     for number, path in exercises.items():
-        grade = done.get(number)
-        if isinstance(grade, dict) and {"score", "total"} <= grade.keys():
-            status = f"graded {grade['score']}/{grade['total']}" + (f" on {grade['when']}" if grade.get("when") else "")
-        else:
-            status = "not graded yet"
+        status = "grades unreadable (see below)" if unreadable else _grade_status(done.get(number))
         print(f"  {number}  {_title(path):40s} {status}")
-    print(f"\nyour grades are kept in {grades_path()}")
+        for item in graded_items.get(number, ("", []))[1]:
+            print(f"        {item.id:5s} {item.function:27s} {item.title}")
+    if unreadable:
+        print(f"\nyour grades: {unreadable}")
+    else:
+        print(f"\nyour grades are kept in {grades_path()}")
+    sys.stdout.flush()
     return 0
 
 

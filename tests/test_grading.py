@@ -37,7 +37,7 @@ from minigrpo_course.grading.notebooks import (
                                                find_notebook,
                                                load_functions,
                                                make_exercise_notebook,
-                                               sync_exercises,
+                                               stale_exercises,
                                                )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -449,16 +449,26 @@ def test_unbalanced_markers_are_an_error():
 
 
 def test_exercises_are_in_sync_with_solutions():
-    stale, _ = sync_exercises(ROOT, check=True)
+    """exercises/ is what `make-exercises` writes. A notebook a learner has worked in is judged by its committed
+    version (git show HEAD:…), so that working through the exercises never fails the suite."""
+    stale, _ = stale_exercises(ROOT)
     assert not stale, f"regenerate with `minigrpo make-exercises`: {[p.name for p in stale]}"
     assert sorted(p.name for p in (ROOT / "exercises").glob("*.ipynb")) == \
         sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
 
 
+def _pristine(folder: Path, exercise: str) -> Path:
+    """The exercise notebook as `make-exercises` writes it (exercises/ may hold a learner's answers)."""
+    solution = find_notebook(exercise, ROOT / "solutions")
+    path = folder / solution.name
+    path.write_text(exercise_text(solution), encoding="utf-8")
+    return path
+
+
 @pytest.mark.parametrize("exercise", sorted(EXERCISES))
-def test_solutions_pass_and_pristine_exercises_fail_every_item(exercise):
+def test_solutions_pass_and_pristine_exercises_fail_every_item(exercise, tmp_path):
     solved = load_functions(find_notebook(exercise, ROOT / "solutions"))
-    pristine = load_functions(find_notebook(exercise, ROOT / "exercises"))
+    pristine = load_functions(_pristine(tmp_path, exercise))
     assert not solved.errors and not pristine.errors
     for item in items(exercise):
         assert run_item(item, solved.get(item.function)).passed, item.id
@@ -510,7 +520,7 @@ def _grades(home):
 
 
 def test_grade_pristine_exercise_names_every_failing_item_and_the_failing_cell(tmp_path):
-    proc = _grade("01", home=tmp_path)
+    proc = _grade("01", "--path", str(_pristine(tmp_path, "01")), home=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     for item in items("01"):
@@ -520,8 +530,7 @@ def test_grade_pristine_exercise_names_every_failing_item_and_the_failing_cell(t
     i = next(i for i, line in enumerate(lines) if "notebook (nbval" in line)
     row = " ".join([lines[i]] + [x.strip() for x in lines[i + 1:] if x.startswith("      ")])
     # The first failing cell is the first check, quoted as the learner sees it, with its one-line error.
-    code = [c.source for c in nbformat.read(find_notebook("01", ROOT / "exercises"), as_version=4).cells
-            if c.cell_type == "code"]
+    code = [c.source for c in nbformat.read(_pristine(tmp_path, "01"), as_version=4).cells if c.cell_type == "code"]
     first_check = code.index('check("01.1", reward_to_go)') + 1
     assert "FAIL" in lines[i] and f'code cell {first_check} of {len(code)}, `check("01.1", reward_to_go)`, ' \
         "failed: CheckFailed: 01.1 reward_to_go is not implemented yet" in row, row
@@ -536,7 +545,7 @@ def _solved_copy_with_stale_outputs(folder: Path, exercise: str) -> Path:
     not re-run since: one still shows the failure from before the fix, saved in the older convention
     (marked # NBVAL_CHECK_OUTPUT, so a plain nbval run would compare against it)."""
     sol = nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4)
-    ex = nbformat.read(find_notebook(exercise, ROOT / "exercises"), as_version=4)
+    ex = nbformat.reads(exercise_text(find_notebook(exercise, ROOT / "solutions")), as_version=4)
     for mine, theirs in zip(ex.cells, sol.cells, strict=True):
         if mine.cell_type == "code" and "NotImplementedError(" in mine.source:
             mine.source = theirs.source
@@ -549,7 +558,7 @@ def _solved_copy_with_stale_outputs(folder: Path, exercise: str) -> Path:
         nbformat.v4.new_output("stream", text=f"✗ {item.id} {item.function}: not implemented yet\n"),
         nbformat.v4.new_output("error", ename="CheckFailed", evalue=stale, traceback=[f"CheckFailed: {stale}"]),
     ]
-    path = folder / "exercises" / find_notebook(exercise, ROOT / "exercises").name
+    path = folder / "exercises" / find_notebook(exercise, ROOT / "solutions").name
     path.parent.mkdir()
     nbformat.write(ex, path)
     return path
@@ -763,3 +772,174 @@ def test_a_cap_that_is_not_positive_must_be_refused():
     assert failed == {"cap 0 is refused with a ValueError", "a negative cap is refused with a ValueError"}
     assert "cap > 0" in result.first_failure.hint
     assert run_item(get_item("07.6"), no_cap_check, quick=True).passed  # the check cell does not ask (verdicts kept)
+
+
+# ----------------------------------------------------------------------------- every item listed (issue 24)
+
+
+def test_the_item_list_read_from_the_graders_source_is_the_registry():
+    """`minigrpo list` reads the items without importing the graders (it stays instant): the same items, functions
+    and titles as minigrpo_course.grading.EXERCISES, in the same order."""
+    from minigrpo_course.exercise_items import exercise_items
+
+    read = {n: (title, [(i.id, i.function, i.title) for i in its]) for n, (title, its) in exercise_items().items()}
+    registry = {n: (title, [(i.id, i.function, i.title) for i in its]) for n, (title, its) in EXERCISES.items()}
+    assert read == registry
+
+
+def test_list_shows_every_item_of_every_exercise(capsys, tmp_path, monkeypatch):
+    from minigrpo_course.cli import main
+
+    monkeypatch.setenv("MINIGRPO_HOME", str(tmp_path))
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for item in ALL_ITEMS:
+        assert f"        {item.id:5s} {item.function:27s} {item.title}\n" in out, item.id
+
+
+# ----------------------------------------------------------------------------- `make test` after a learner worked
+
+
+def _git(root, *args):
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True,
+                   env=dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t",
+                            GIT_COMMITTER_EMAIL="t@t"))
+
+
+def test_a_learners_exercise_notebook_is_judged_by_its_committed_version(tmp_path):
+    """A checkout whose exercises/ are in sync; a learner then completes exercise 05 and saves it with outputs: the
+    sync check (and the notebook hygiene test) judge the committed stub, so the suite stays green. A stale
+    committed stub is still caught, with or without the learner's work on top."""
+    for folder in ("solutions", "exercises"):
+        (tmp_path / folder).mkdir()
+    sol = find_notebook("05", ROOT / "solutions")
+    (tmp_path / "solutions" / sol.name).write_bytes(sol.read_bytes())
+    mine = tmp_path / "exercises" / sol.name
+    mine.write_text(exercise_text(sol), encoding="utf-8")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-q", "-m", "course")
+    assert stale_exercises(tmp_path) == ([], [])
+
+    mine.write_bytes(sol.read_bytes())  # the learner's answers, executed and saved
+    assert stale_exercises(tmp_path) == ([], [mine])
+
+    solution = nbformat.read(tmp_path / "solutions" / sol.name, as_version=4)
+    solution.cells[0].source += "\nA new sentence."  # the solutions move on, the committed stub does not
+    nbformat.write(solution, tmp_path / "solutions" / sol.name)
+    assert stale_exercises(tmp_path) == ([mine], [mine])
+
+
+# ----------------------------------------------------------------------------- hints that explain the failures (issue 24)
+
+
+def _population_std(convert_integers: bool):
+    """A learner's group_advantages with the population std (and, optionally, no conversion of integer rewards)."""
+    def group_advantages(rewards, group_size, scale="group", eps=1e-4):
+        rewards = torch.as_tensor(rewards)
+        if convert_integers and not rewards.is_floating_point():
+            rewards = rewards.float()
+        if group_size < 2 or rewards.numel() == 0 or rewards.numel() % group_size:
+            raise ValueError("each group needs group_size >= 2 rewards")
+        if scale not in ("group", "batch", "none"):
+            raise ValueError(f"unknown scale {scale!r}")
+        g = rewards.view(-1, group_size)
+        centred = g - g.mean(1, keepdim=True)
+        if scale == "none":
+            return centred.reshape(-1)
+        std = g.std(1, unbiased=False, keepdim=True) if scale == "group" else rewards.std(unbiased=False)
+        return (centred / (std + eps)).reshape(-1)
+    return group_advantages
+
+
+@pytest.mark.parametrize("convert_integers", [True, False])
+def test_a_population_std_answer_is_told_about_the_std_not_about_integer_rewards(convert_integers):
+    """The hint shown is the one that explains the failures: the population-std mistake reproduces every value the
+    answer returns, so it is shown even when the same answer also raises on integer rewards (whose case keeps its own
+    hint), never the integer-rewards hint alone."""
+    population = next(w for w in get_item("05.1").wrong_answers if w.name == "population std")
+    for quick in (True, False):
+        result = run_item(get_item("05.1"), _population_std(convert_integers), quick=quick)
+        assert result.first_failure.hint == population.hint, result.report()
+        assert "integer" not in result.summary() and "integer" not in result.report()
+    integers = next(c for c in run_item(get_item("05.1"), _population_std(False)).cases if "integer" in c.case.name)
+    assert not integers.passed and "convert integer rewards" in integers.hint
+
+
+def test_no_hint_is_shown_for_failures_it_does_not_explain():
+    """Wrong in a way no typical mistake reproduces, and refusing integers: the verdict shows the first failing case
+    as it is, not the integer case picked for having a hint."""
+    def scaled(rewards, group_size, scale="group", eps=1e-4):
+        if rewards.dtype == torch.int64:
+            raise TypeError("integers")
+        return 1.5 * get_item("05.1").reference(rewards, group_size, scale, eps)
+
+    result = run_item(get_item("05.1"), scaled)
+    assert result.first_failure is next(c for c in result.cases if not c.passed) and result.first_failure.hint == ""
+
+
+def _td_float32_mask(rewards, values, next_values, terminated, gamma):
+    """02.1 the way the old hint suggested: a float32 mask (float64 result, γ rounded to float32)."""
+    terminated = torch.as_tensor(terminated).bool()
+    if not (rewards.shape == values.shape == next_values.shape == terminated.shape):
+        raise ValueError("shapes differ")
+    return rewards + gamma * (~terminated) * next_values - values
+
+
+def _gae_float32_mask(rewards, values, next_values, terminated, truncated, gamma, lam):
+    """02.2 with `1 − flags.float()` masks: a float64 result, γ and γλ rounded to float32."""
+    term, trunc = torch.as_tensor(terminated).bool(), torch.as_tensor(truncated).bool()
+    if not (rewards.shape == values.shape == next_values.shape == term.shape == trunc.shape):
+        raise ValueError("shapes differ")
+    deltas = rewards + gamma * (1 - term.float()) * next_values - values
+    keep = 1 - (term | trunc).float()
+    out, running = torch.zeros_like(deltas), torch.zeros_like(deltas[0])
+    for t in reversed(range(len(deltas))):
+        running = deltas[t] + gamma * lam * keep[t] * running
+        out[t] = running
+    return out
+
+
+def _targets_float32_mask(rewards, next_values, terminated, truncated, gamma, truncation_is_terminal=False):
+    term, trunc = torch.as_tensor(terminated).bool(), torch.as_tensor(truncated).bool()
+    if not (rewards.shape == next_values.shape == term.shape == trunc.shape):
+        raise ValueError("shapes differ")
+    stop = term | trunc if truncation_is_terminal else term
+    return rewards + gamma * (1 - stop.float()) * next_values
+
+
+@pytest.mark.parametrize("item_id,fn", [("02.1", _td_float32_mask), ("02.2", _gae_float32_mask),
+                                        ("02.4", _targets_float32_mask)])
+def test_a_float32_mask_gets_a_hint_about_the_mask_not_about_a_float_call(item_id, fn):
+    """A float32 mask leaves a float64 result with γ rounded to float32: the hint names that path (a mask from the
+    flags), not a `.float()` of the result; a computation cast down to float32 gets the other hint."""
+    result = run_item(get_item(item_id), fn)
+    failed = [c for c in result.cases if not c.passed]
+    assert failed and all("a float32 tensor took part" in c.hint and "mask" in c.hint for c in failed), result.report()
+    assert result.first_failure.hint == failed[0].hint and "your result is float32" not in result.report()
+    cast_down = run_item(get_item(item_id), _float32(get_item(item_id).reference))
+    assert all("your result is float32" in c.hint for c in cast_down.cases if not c.passed), cast_down.report()
+
+
+def _td_variant(mask):
+    def td_residuals(rewards, values, next_values, terminated, gamma):
+        terminated = torch.as_tensor(terminated).bool()
+        if not (rewards.shape == values.shape == next_values.shape == terminated.shape):
+            raise ValueError("shapes differ")
+        return rewards + gamma * mask(terminated, next_values) * next_values - values
+    return td_residuals
+
+
+@pytest.mark.parametrize("mask", [
+    lambda term, v: (~term).to(v.dtype), lambda term, v: 1 - term.to(v.dtype),
+    lambda term, v: term.logical_not().to(v.dtype), lambda term, v: torch.where(term, 0.0, 1.0).to(v.dtype),
+], ids=["~flags in the values' dtype", "1 - flags in the values' dtype", "logical_not", "torch.where"])
+def test_every_mask_the_spec_allows_passes_02_1(mask):
+    result = run_item(get_item("02.1"), _td_variant(mask))
+    assert result.passed, result.report()
+
+
+def test_no_hint_recommends_a_float32_mask():
+    for item in ALL_ITEMS:
+        for text in [c.hint for c in item.cases] + [w.hint for w in item.wrong_answers]:
+            assert ".float()" not in text or "float32" in text, (item.id, text)

@@ -13,6 +13,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from minigrpo_course.grading.notebooks import committed_text, has_learner_work
+
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p for d in ("notebooks", "solutions", "exercises") for p in (ROOT / d).glob("*.ipynb"))
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -233,6 +235,9 @@ def test_every_lesson_is_in_the_readme_syllabus():
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_notebook_hygiene(path):
     text = path.read_text(encoding="utf-8")
+    if path.parent.name == "exercises" and has_learner_work(path):
+        # a learner's saved work (failing checks, their paths) is theirs: the committed stub is what is checked
+        text = committed_text(path, ROOT) or pytest.skip(f"{path.name} holds a learner's work, outside git")
     nb = nbformat.reads(text, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.kernelspec.name == "python3"

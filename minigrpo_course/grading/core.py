@@ -34,8 +34,9 @@ import inspect
 import re
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,13 +50,18 @@ NOT_IMPLEMENTED = "not implemented yet"
 SHOW_ITEMS = 12
 
 
-class GradingTimeout(Exception):
-    """Raised inside a learner's code when it runs past its time limit."""
+class GradingTimeout(BaseException):
+    """Raised inside a learner's code when it runs past its time limit.
+
+    A BaseException, like KeyboardInterrupt, so that a learner's ``try: ... except Exception:`` (around a loop that
+    never ends, say) cannot swallow it. A bare ``except:`` still can: ``minigrpo grade`` therefore runs the learner's
+    code in a child process that it kills past the limit (:mod:`minigrpo_course.grading.sandbox`)."""
 
 
 @contextmanager
 def time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt the block with :class:`GradingTimeout` after ``seconds`` (wall-clock).
+    """Interrupt the block with :class:`GradingTimeout` after ``seconds`` (wall-clock), and again every second
+    after that until the block ends (in case the first one was swallowed).
 
     Uses SIGALRM, so it works in the main thread on Linux and macOS (Jupyter runs cells there).
     Elsewhere the block runs without a limit.
@@ -68,13 +74,19 @@ def time_limit(seconds: float) -> Iterator[None]:
     def _raise(signum, frame):
         raise GradingTimeout(f"did not finish within {seconds:g} s")
 
+    # Nested limits (a property test's, around the cells the learner's notebook runs inside it): the inner one
+    # never outlasts the outer one, and the outer one resumes with what is left of it.
+    outer, outer_interval = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
     previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer > 0 else seconds, 1.0)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer > 0:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 1e-3), outer_interval)
 
 
 # --- Showing values (inputs and results alike)
@@ -352,6 +364,7 @@ class CaseResult:
     got: Any = None  #: what the learner's function gave (for the diagnosis of the whole item)
     expected_text: str = ""  #: the reference's result, shown
     got_text: str = ""  #: the learner's result, shown
+    diagnosed: bool = False  #: the hint is a typical mistake's that reproduces the learner's results
 
 
 @dataclass
@@ -369,10 +382,18 @@ class ItemResult:
 
     @property
     def first_failure(self) -> CaseResult | None:
-        """The failing case to show: the first one with a hint, else the first one."""
+        """The failing case to show, with a hint only where the hint explains the failures: a hint that every failing
+        case shares; else the first case of the typical mistake that reproduces every value the learner's function
+        returned; else simply the first failing case (with its own hint, if it has one). Never a later case picked
+        for having a hint, which would explain one case and not the others."""
         failed = [c for c in self.cases if not c.passed]
-        with_hint = [c for c in failed if c.hint]
-        return (with_hint or failed or [None])[0]
+        if not failed:
+            return None
+        for c in failed:
+            if c.hint and all(d.hint == c.hint for d in failed):
+                return c
+        diagnosed = [c for c in failed if c.diagnosed]
+        return (diagnosed or failed)[0]
 
     def summary(self) -> str:
         """One line: the verdict, or the reason of the first failure."""
@@ -493,6 +514,8 @@ def outcome(item: Item, case: Case, fn: Callable, seconds: float = 0, inputs: In
             return case.call.run(fn, inputs) if case.call else inputs(fn)
     except (GradingTimeout, NotImplementedError):
         raise
+    except SystemExit as exc:  # sys.exit() in the learner's function: a failure of that case, not the grader's end
+        return Raised(SystemExit, f"the function called sys.exit({'' if exc.code is None else repr(exc.code)})")
     except Exception as exc:  # noqa: BLE001 - any exception of the learner's code is a result
         return Raised(type(exc), str(exc).splitlines()[0] if str(exc) else "")
 
@@ -509,7 +532,7 @@ def _cached(item: Item, case: Case, key: str, fn: Callable) -> Any:
     if slot not in item._outcomes:
         try:
             item._outcomes[slot] = outcome(item, case, fn)
-        except Exception as exc:  # noqa: BLE001 - a mistake that times out or stops explains nothing
+        except (Exception, GradingTimeout) as exc:  # noqa: BLE001 - a mistake that times out or stops explains nothing
             item._outcomes[slot] = Raised(type(exc), "")
     return item._outcomes[slot]
 
@@ -552,11 +575,42 @@ IN_PLACE_HINT = ("work on a copy: `x = x.clone()` first, or out-of-place operati
 FLOAT32_RTOL, FLOAT32_ATOL = 1e-4, 1e-5
 
 
-def precision_hint(case: Case) -> str:
-    return (f"your result agrees with the expected one only to float32 precision, and this case checks to "
-            f"rtol={case.rtol:g}, atol={case.atol:g}: compute in the dtype of the inputs (float64 here) — no "
-            f"`.float()`, no `torch.tensor(..., dtype=torch.float32)`, and make new tensors with the inputs' dtype "
-            f"(`torch.zeros_like(x)`, or `dtype=x.dtype`).")
+def _float_dtypes(x: Any) -> set[torch.dtype]:
+    """The floating dtypes of the tensors in a result (a tensor, or a dict/list/tuple of them)."""
+    if isinstance(x, torch.Tensor):
+        return {x.dtype} if x.is_floating_point() else set()
+    values = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    return set().union(*(_float_dtypes(v) for v in values))
+
+
+def _has_flags(inputs: Inputs | None) -> bool:
+    """Some input is a bool or integer tensor (episode-end flags, a mask)."""
+    if inputs is None:
+        return False
+    values = [*inputs.args, *inputs.kwargs.values()]
+    return any(isinstance(v, torch.Tensor) and not v.is_floating_point() and v.numel() > 1 for v in values)
+
+
+def precision_hint(case: Case, got: Any = None, inputs: Inputs | None = None) -> str:
+    """The hint for a result that is right but for float32 rounding, naming the way float32 got in: a float32
+    result (the computation was cast down), or a float64 result that a float32 tensor took part in (a mask made
+    from the flags, which rounds γ when multiplied by it, or a new tensor made without a dtype)."""
+    head = (f"your result agrees with the expected one only to float32 precision, and this case checks its float64 "
+            f"inputs to rtol={case.rtol:g}, atol={case.atol:g}: ")
+    if torch.float32 in _float_dtypes(got) or torch.float16 in _float_dtypes(got) or \
+            torch.bfloat16 in _float_dtypes(got):
+        return head + ("your result is float32, so the computation was cast down. Compute in the inputs' dtype: no "
+                       "`.float()`, no `torch.tensor(..., dtype=torch.float32)`, and make new tensors with it "
+                       "(`torch.zeros_like(x)` or `dtype=x.dtype`; `torch.zeros(n)` alone is float32).")
+    text = head + "your result is float64, but a float32 tensor took part in computing it and rounded what it touched"
+    if _has_flags(inputs):
+        return text + (": most likely a mask made from the flags. `1 − terminated.float()` is float32, and so is "
+                       "`gamma * ~terminated` (a Python number times a bool tensor), which rounds γ to float32 "
+                       "before it meets the float64 values. Make the mask in the values' dtype, "
+                       "`(~terminated).to(values.dtype)`, or use `torch.where(terminated, 0.0, next_values)`.")
+    return text + (": a tensor made without a dtype (`torch.zeros(n)`, `torch.tensor([...])` of Python floats) or a "
+                   "`.float()` somewhere. Make new tensors with the inputs' dtype (`torch.zeros_like(x)` or "
+                   "`dtype=x.dtype`).")
 
 
 def _float32_close(got: Any, expected: Any, case: Case) -> bool:
@@ -576,11 +630,14 @@ def _float32_close(got: Any, expected: Any, case: Case) -> bool:
     return bool(((g - e).abs() <= FLOAT32_RTOL * scale + 10 * case.atol).all())
 
 
-def run_case(item: Item, case: Case, fn: Callable) -> CaseResult:
+def run_case(item: Item, case: Case, fn: Callable, watch: Callable | None = None) -> CaseResult:
+    """Grade ``fn`` on one case. ``watch(item, case)``, when given, is a context manager around the call into the
+    learner's code (the grader's child process reports each call to its parent with it)."""
     expected = _cached(item, case, "reference", item.reference)
     inputs = item.inputs(case)
     try:
-        got = outcome(item, case, fn, item.time_limit, inputs=inputs)
+        with watch(item, case) if watch else nullcontext():
+            got = outcome(item, case, fn, item.time_limit, inputs=inputs)
     except NotImplementedError:
         return CaseResult(case, False, f"{NOT_IMPLEMENTED}: replace `raise NotImplementedError` with your code")
     except GradingTimeout:
@@ -601,17 +658,18 @@ def run_case(item: Item, case: Case, fn: Callable) -> CaseResult:
     key = diff.split(":", 1)[0] if isinstance(expected, dict) and isinstance(got, dict) else None
     if key is not None and key in expected and key in got:  # the score table shows the part that differs
         expected_text, got_text = f"{key}: {show(expected[key])}", f"{key}: {show(got[key])}"
-    hint = precision_hint(case) if _float32_close(got, expected, case) else case.hint
+    hint = precision_hint(case, got, inputs) if _float32_close(got, expected, case) else case.hint
     return CaseResult(case, False, message, hint, problem[0], got, expected_text, got_text)
 
 
 def _diagnose(item: Item, results: list[CaseResult]) -> None:
     """Give the failing cases the hint of the typical mistake that explains the learner's results.
 
-    A mistake explains them when it gives the learner's result on every case whose expected result is a
-    value (refusals are judged by their own cases), and is wrong on some. A learner whose results fit no
-    single mistake gets each case's own hint (or the precision hint) rather than the hint of a mistake they
-    did not make."""
+    A mistake explains them when it gives the learner's result on every case whose expected result is a value and
+    where the learner's function returned one (refusals are judged by their own cases; a case where the learner's
+    function raised, an integer input it could not take say, keeps its own hint), and is wrong on some of them. A
+    learner whose results fit no single mistake gets each case's own hint (or the precision hint) rather than the
+    hint of a mistake they did not make."""
     ran = [r for r in results if r.message[:len(NOT_IMPLEMENTED)] != NOT_IMPLEMENTED and
            not r.message.startswith(("did not finish", "not run"))]
     failing = [r for r in ran if not r.passed and not r.reason.endswith("in place")]
@@ -626,6 +684,8 @@ def _diagnose(item: Item, results: list[CaseResult]) -> None:
             # the same mistake computed in float32 is still that mistake
             if compare(r.got, theirs, r.case.rtol, r.case.atol) is not None and \
                     not _float32_close(r.got, theirs, r.case):
+                if isinstance(r.got, Raised):
+                    continue  # an exception the mistake does not raise is judged by its case's own hint
                 break
             expected = _cached(item, r.case, "reference", item.reference)
             if compare(theirs, expected, r.case.rtol, r.case.atol) is not None:
@@ -635,17 +695,21 @@ def _diagnose(item: Item, results: list[CaseResult]) -> None:
                 fits.append((wrong, wrong_on))
     if not fits:
         return
+    # A mistake that reproduces more of the failures explains them better (one that matches only where the
+    # learner's function raised, and is silent elsewhere, is a weaker fit).
+    most = max(len(on) for _, on in fits)
+    fits = [(w, on) for w, on in fits if len(on) == most]
     # Two mistakes can give the same results on these cases (the grader's full set tells more of them apart):
     # name them all rather than guess.
     hint = fits[0][0].hint if len(fits) == 1 else "these cases cannot tell which of these mistakes you made: " + \
         " — or: ".join(f"({i}) {w.hint}" for i, (w, _) in enumerate(fits, 1))
     for r in failing:
         if any(id(r.case) in on for _, on in fits):
-            r.hint = hint
+            r.hint, r.diagnosed = hint, True
 
 
-def run_item(item: Item, fn: Callable | None, quick: bool = False) -> ItemResult:
-    """Grade ``fn`` on the item's cases (only the quick ones if ``quick``)."""
+def run_item(item: Item, fn: Callable | None, quick: bool = False, watch: Callable | None = None) -> ItemResult:
+    """Grade ``fn`` on the item's cases (only the quick ones if ``quick``); ``watch``: see :func:`run_case`."""
     cases = [c for c in item.cases if c.quick or not quick]
     if fn is None:
         msg = f"no function named `{item.function}` was defined (did its cell run without errors?)"
@@ -656,6 +720,6 @@ def run_item(item: Item, fn: Callable | None, quick: bool = False) -> ItemResult
             # One time-out is enough: don't make the learner wait for every remaining case.
             results.append(CaseResult(case, False, "not run: an earlier case ran out of time"))
         else:
-            results.append(run_case(item, case, fn))
+            results.append(run_case(item, case, fn, watch))
     _diagnose(item, results)
     return ItemResult(item, results)

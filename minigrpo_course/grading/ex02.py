@@ -80,8 +80,8 @@ TD_CASES = [
          (Spread(random_rollout, 64, 4, seed=1, truncated=False), 0.97), quick=False, rtol=1e-9, atol=1e-9),
     Case("terminated given as 0/1 integers (int64)",
          (tensor([1.0, 1.0, 1.0]), tensor([2.0, 1.0, 0.5]), tensor([1.0, 0.5, 4.0]), tensor([0, 0, 1]), 0.5),
-         quick=False, hint="turn the flags into booleans (terminated.bool()) or floats first: on an int64 tensor `~` "
-                           "is a bitwise not (~0 = −1, ~1 = −2), not 'not terminated'."),
+         quick=False, hint="turn the flags into booleans first (terminated.bool()): on an int64 tensor `~` is a bitwise "
+                           "not (~0 = −1, ~1 = −2), not 'not terminated'."),
 ]
 
 TD_RESIDUALS = Item(
@@ -101,7 +101,8 @@ TD_RESIDUALS = Item(
                     _as_float(r) + gamma * (~torch.as_tensor(term)).to(_as_float(r).dtype) * _as_float(nv)
                     - _as_float(v))),
                     "with 0/1 integer flags, `~terminated` is −1/−2 (a bitwise not), not 'not terminated': convert "
-                    "with terminated.bool() first (or use 1 − terminated.float()).", quick=False),
+                    "with terminated.bool() first (a mask in the values' dtype: (~terminated.bool()).to(values.dtype)).",
+                    quick=False),
     ],
 )
 
@@ -192,7 +193,7 @@ GAE_CASES = [
     Case("episode-end flags given as 0/1 integers (int64), one of each kind",
          (tensor([1.0, 1.0, 1.0, 1.0]), tensor([1.0, 2.0, 0.0, 1.0]), tensor([2.0, 4.0, 1.0, 2.0]),
           tensor([0, 0, 1, 0]), tensor([0, 1, 0, 0]), 0.5, 0.8), quick=False,
-         hint="turn the flags into booleans (terminated.bool()) or floats before combining them: on an int64 tensor "
+         hint="turn the flags into booleans (terminated.bool()) before combining them: on an int64 tensor "
               "`~` is a bitwise not (~0 = −1, ~1 = −2), not 'not ended'."),
     Case("random float64 [T] rollout, T = 200, γ = 0.99, λ = 0.95", (Spread(random_rollout, 200, seed=2), 0.99, 0.95),
          quick=False, rtol=1e-9, atol=1e-9),
@@ -239,7 +240,8 @@ GAE = Item(
                     "whether A_t may look at A_{t+1}. Use terminated[t] / truncated[t], not the flags of t + 1."),
         WrongAnswer("bitwise not of integer flags", checked_by(package_gae, _gae_raw_flags),
                     "with 0/1 integer flags, `~flags` is −1/−2 (a bitwise not), so your masks were wrong: convert the "
-                    "flags with .bool() first (or use 1 − flags.float()).", quick=False),
+                    "flags with .bool() first (a mask in the values' dtype: (~done.bool()).to(values.dtype)).",
+                    quick=False),
         WrongAnswer("[T, N] flattened", _gae_flattened,
                     "the envs got mixed: flattening [T, N] interleaves N environments into one stream. "
                     "Run the recursion over the time axis only, on whole rows: running = δ[t] + γλ·mask[t]·running "
@@ -409,7 +411,8 @@ TD_TARGETS = Item(
                     "the bootstrap is discounted: y_t = r_t + γ·V(s_{t+1})."),
         WrongAnswer("bitwise not of integer flags", checked_by(td_targets, _targets_raw_flags),
                     "with 0/1 integer flags, `~flags` is −1/−2 (a bitwise not), not 'not ended': convert the flags "
-                    "with .bool() first (or use 1 − flags.float()).", quick=False),
+                    "with .bool() first (then torch.where(stop, 0.0, next_values) keeps the values' dtype).",
+                    quick=False),
     ],
 )
 

@@ -6,7 +6,11 @@ float64 oracles, a second model, μ > 1), and the notebook itself run top to bot
 ``pytest --nbval-lax``. The notebook is the file as saved on disk, run from a fresh kernel with its
 saved outputs removed: it passes when every cell runs without error (a failing check cell raises),
 whatever verdicts the learner's copy still shows. When it fails, the row names the first failing
-cell and its one-line error. Each grade is remembered for ``minigrpo list`` (:mod:`minigrpo_course.progress`).
+cell and its one-line error.
+
+The learner's code never runs in this process: the items and the property tests run in a child process under
+hard time limits (:mod:`minigrpo_course.grading.sandbox`), and the notebook in a kernel of its own. Each grade is
+remembered for ``minigrpo list`` (:mod:`minigrpo_course.progress`), with the parts it covers.
 """
 
 from __future__ import annotations
@@ -23,13 +27,18 @@ from pathlib import Path
 import nbformat
 
 from minigrpo_course.grading import EXERCISES, items
-from minigrpo_course.grading.core import run_item
-from minigrpo_course.grading.notebooks import find_notebook, load_functions
+from minigrpo_course.grading.notebooks import exercise_numbers, find_notebook
+from minigrpo_course.grading.sandbox import OUTPUT_KEPT, grade_in_child
 from minigrpo_course.progress import record_grade, repo_root
+from minigrpo_course.state import StateFileError
 from minigrpo.utils import SMOKE_ENV_VAR
 
 #: seconds any one notebook cell may run while grading (an infinite loop fails instead of hanging)
 NOTEBOOK_CELL_TIMEOUT = 300
+#: seconds the whole notebook may run (its kernel is killed after that, even if a cell swallows the interrupt)
+NOTEBOOK_TIMEOUT = 1800
+#: characters of nbval's report that are read back (a cell printing in a loop makes it huge)
+NBVAL_REPORT_KEPT = 2_000_000
 
 
 @dataclass
@@ -68,7 +77,56 @@ def _cell_error(out: str, cell_num: int) -> str:
     return lines[-1] if lines else "the cell raised an error"
 
 
-def run_nbval(path: Path, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT) -> tuple[bool, str]:
+#: The grader's first cell in its copy of the notebook: the kernel moves into the notebook's folder, and os._exit
+#: called by a cell becomes an error of that cell (the kernel would die, and nbval would wait for the cell's time-out
+#: before it noticed). Other threads (ipykernel's parent poller) still exit for real.
+FIRST_CELL = """import os as _os, threading as _threading
+_os.chdir({folder!r})
+
+
+def _exit_from_a_cell(code=0, _real=_os._exit):
+    if _threading.current_thread() is _threading.main_thread():
+        raise SystemExit(f"os._exit({{code}}) was called: it would end the kernel, and the notebook must run to the end")
+    _real(code)
+
+
+_os._exit = _exit_from_a_cell
+del _exit_from_a_cell"""
+
+
+def nbval_command(notebook: str, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT) -> list[str]:
+    """The pytest command that runs a notebook top to bottom. ``-p no:randomly``: with pytest-randomly installed,
+    the notebook's cells would otherwise run shuffled (and a correct notebook fail)."""
+    return [sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-p", "no:randomly",
+            "-o", "addopts=", "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}", notebook]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill a child that leads its own process group (pytest, and the kernel it started)."""
+    import signal
+
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        proc.kill()
+    proc.wait()
+
+
+def _read_capped(path: Path, keep: int = NBVAL_REPORT_KEPT) -> str:
+    """A report file's text: all of it, or its first and last ``keep // 2`` bytes when it is larger."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        if size <= keep:
+            data = f.read()
+        else:
+            data = f.read(keep // 2) + b"\n...\n"
+            f.seek(size - keep // 2)
+            data += f.read()
+    return data.decode("utf-8", errors="replace")
+
+
+def run_nbval(path: Path, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT,
+              total_timeout: float = NOTEBOOK_TIMEOUT) -> tuple[bool, str]:
     """Run a notebook top to bottom under ``pytest --nbval-lax`` in smoke mode, from a fresh kernel;
     return (passed, one-line detail).
 
@@ -87,7 +145,7 @@ def run_nbval(path: Path, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT) -> tuple[bo
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
-    nb.cells.insert(0, nbformat.v4.new_code_cell(f"import os; os.chdir({str(path.parent)!r})"))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(FIRST_CELL.format(folder=str(path.parent))))
     env = dict(os.environ, **{SMOKE_ENV_VAR: "1"})
     env.setdefault("MPLBACKEND", "Agg")
     env.setdefault("TQDM_DISABLE", "1")
@@ -95,10 +153,18 @@ def run_nbval(path: Path, cell_timeout: int = NOTEBOOK_CELL_TIMEOUT) -> tuple[bo
         copy = Path(tmp) / path.name
         nbformat.write(nb, copy)
         (Path(tmp) / "pytest.ini").write_text("[pytest]\n")  # no other project's settings apply
-        cmd = [sys.executable, "-m", "pytest", "-q", "--color=no", "-p", "no:cacheprovider", "-o", "addopts=",
-               "--nbval-lax", "--nbval-current-env", f"--nbval-cell-timeout={cell_timeout}", copy.name]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp)
-    out = proc.stdout + proc.stderr
+        cmd = nbval_command(copy.name, cell_timeout)
+        report = Path(tmp) / "nbval-report.txt"
+        with open(report, "wb") as sink:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT, env=env,
+                                    cwd=tmp, start_new_session=True)
+            try:
+                proc.wait(timeout=total_timeout)
+            except subprocess.TimeoutExpired:
+                _kill_group(proc)
+                return False, (f"the notebook did not finish within {total_timeout:g} s and was stopped (does a cell "
+                               f"loop forever and catch the interrupt?). {SAVED_ON_DISK}")
+        out = _read_capped(report)
     counts = {k: int(v) for v, k in re.findall(r"(\d+) (passed|failed|errors?|xfailed|xpassed|skipped)\b", out)}
     passed = counts.get("passed", 0)
     failed = counts.get("failed", 0) + counts.get("error", 0) + counts.get("errors", 0)
@@ -127,74 +193,48 @@ def property_tests(exercise: str) -> Path | None:
     return path if path.is_file() else None
 
 
-class _Reports:
-    """A pytest plugin that keeps the outcome of every test (in order) instead of printing it."""
+@dataclass
+class Graded:
+    """An exercise's rows, with what ``-v`` prints and what the learner's code printed."""
 
-    def __init__(self):
-        self.passed: list[str] = []
-        self.failed: list[tuple[str, str]] = []  #: (test name, the first line of its error)
+    rows: list[Row]
+    reports: list[str]
+    output_chars: int = 0
+    output_head: str = ""
 
-    def pytest_runtest_logreport(self, report):
-        name = report.nodeid.split("::", 1)[-1]
-        if report.failed:
-            self.failed.append((name, _error_line(report.longreprtext)))
-        elif report.when == "call" and report.passed:
-            self.passed.append(name)
-
-
-def _error_line(text: str, width: int = 160) -> str:
-    """The assertion message of a pytest failure: its first ``E`` lines, on one line."""
-    lines = [ln[1:].strip() for ln in text.splitlines() if ln.startswith("E ")]
-    line = " ".join(" ".join(lines[:2]).split()) if lines else (text.strip().splitlines() or [""])[-1]
-    return line if len(line) <= width else line[: width - 1] + "…"
+    @property
+    def parts(self) -> list[str]:
+        """What the grade covers (:data:`minigrpo_course.progress.PARTS`)."""
+        names = [r.name for r in self.rows]
+        return ["items"] + [part for part, suffix in (("property tests", " property tests"),
+                                                       ("notebook", " notebook (nbval, smoke)"))
+                            if any(n.endswith(suffix) for n in names)]
 
 
-def run_property_tests(exercise: str, path: Path) -> tuple[bool, str]:
-    """Run the exercise's property tests on the notebook at ``path`` (in this process: the tests import what
-    the grader has already imported); return (passed, one-line detail)."""
-    import contextlib
-    import io
-
-    import pytest
-
-    tests, path = property_tests(exercise), Path(path).resolve()
-    reports = _Reports()
-    args = [str(tests), "--grade-source", str(path), "-q", "--tb=short", "-p", "no:cacheprovider", "-o", "addopts=",
-            "--rootdir", str(repo_root()), "-k", "not test_item"]  # the items have their own rows
-    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(out):
-        code = pytest.main(args, plugins=[reports])
-    shown = f"tests/grading/{tests.name}"
-    if code == 0:
-        return True, f"all {len(reports.passed)} property tests ({shown}) passed"
-    if not reports.failed:
-        last = [line for line in out.getvalue().splitlines() if line.strip()][-1:] or [f"pytest exit status {code}"]
-        return False, f"the property tests ({shown}) did not run: {last[0].strip()}"
-    name, message = reports.failed[0]
-    total = len(reports.passed) + len(reports.failed)
-    return False, (f"{len(reports.failed)} of {total} property tests failed; first: {name}"
-                   + (f": {message}" if message else "")
-                   + f" (details: python -m pytest {shown} --grade-source {path})")
-
-
-def grade_exercise(exercise: str, path: Path | None = None, notebook: bool = True, tests: bool = True) -> list[Row]:
-    path = path or find_notebook(exercise, repo_root() / "exercises")
-    loaded = load_functions(path)
-    rows = []
+def grade(exercise: str, path: Path | None = None, notebook: bool = True, tests: bool = True) -> Graded:
+    """Grade one exercise notebook: its items and property tests in a child process, its notebook under nbval."""
+    path = Path(path or find_notebook(exercise, repo_root() / "exercises"))
+    with_tests = tests and property_tests(exercise) is not None
+    child = grade_in_child(exercise, path, [item.id for item in items(exercise)],
+                           property_tests(exercise) if with_tests else None)
+    rows, reports = [], []
     for item in items(exercise):
-        fn = loaded.get(item.function)
-        result = run_item(item, fn)
-        detail = result.summary()
-        if fn is None and loaded.errors:
-            detail = f"`{item.function}` not defined; {loaded.errors[0]}"
-        rows.append(Row(f"{item.id} {item.function}", result.passed,
-                        f"{result.n_passed}/{len(result.cases)} cases — {detail}", 1))
-    if tests and property_tests(exercise) is not None:
-        ok, detail = run_property_tests(exercise, path)
+        got = child.items[item.id]
+        counted = f"{got.n_passed}/{got.n_cases} cases" if got.n_passed is not None else f"{got.n_cases} cases"
+        rows.append(Row(f"{item.id} {item.function}", got.passed, f"{counted} — {got.detail}", 1))
+        reports.append(got.report or f"✗ {item.id} {item.function}: {got.detail}")
+    if with_tests:
+        ok, detail = child.tests or (False, "the property tests did not run")
         rows.append(Row(f"{exercise} property tests", ok, detail, 1))
     if notebook:
         ok, detail = run_nbval(path)
         rows.append(Row(f"{exercise} notebook (nbval, smoke)", ok, detail, 1))
-    return rows
+    return Graded(rows, reports, child.output_chars, child.output_head)
+
+
+def grade_exercise(exercise: str, path: Path | None = None, notebook: bool = True, tests: bool = True) -> list[Row]:
+    """The score table's rows of one exercise (see :func:`grade`)."""
+    return grade(exercise, path, notebook, tests).rows
 
 
 def score(rows: list[Row]) -> tuple[int, int]:
@@ -225,25 +265,50 @@ def _is_reference_solution(path: Path) -> bool:
     return path.resolve().parent == (repo_root() / "solutions").resolve()
 
 
+def _which_exercise(exercise: str | None, path: Path) -> tuple[str | None, str | None]:
+    """(the exercise to grade ``path`` as, None) or (None, the one-sentence refusal). The notebook must say it is
+    that exercise: its ``# EXERCISE NN.k`` cells, ``check("NN.k", …)`` calls or ``# Exercise NN`` title."""
+    try:
+        says = exercise_numbers(nbformat.read(path, as_version=4))
+    except Exception as exc:  # noqa: BLE001 - one line, not a traceback, for a damaged file
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return None, f"cannot read {path} as a notebook: {reason}"
+    known = ", ".join(EXERCISES)
+    if exercise is None:
+        named = path.name[:2]
+        graded_ones = sorted(n for n in says if n in EXERCISES)
+        exercise = named if named in EXERCISES else graded_ones[0] if len(graded_ones) == 1 else None
+        if exercise is None:
+            return None, (f"cannot tell the exercise from the name {path.name} or its cells (exercises: {known}); "
+                          f"give it: minigrpo grade NN --path {path}")
+    if not says:
+        return None, (f"{path} does not look like exercise {exercise}'s notebook: it has no `# EXERCISE {exercise}.k` "
+                      f"cell, no `check(\"{exercise}.k\", …)` call and no \"# Exercise {exercise}\" title")
+    if exercise not in says:
+        other = ", ".join(sorted(says))
+        return None, (f"{path} is exercise {other}'s notebook, not exercise {exercise}'s: grade it with "
+                      f"`minigrpo grade {sorted(says)[0]} --path {path}`, or give exercise {exercise}'s notebook")
+    return exercise, None
+
+
 def main(exercise: str | None = None, path: str | None = None, notebook: bool = True,
          verbose: bool = False, tests: bool = True) -> int:
     """Grade one exercise (or all); print the tables and remember each grade
     (:mod:`minigrpo_course.progress`). Exit status 0 only with full marks; 2, with one line on stderr,
-    when there is nothing to grade (no such exercise, no notebook, or a file that is not one)."""
+    when there is nothing to grade (no such exercise, no notebook, a file that is not one, or a notebook of
+    another exercise). A grade that cannot be recorded says so in one line; its table is printed all the same."""
     if path is not None and not Path(path).is_file():
         print(f"minigrpo grade: no notebook at {path}", file=sys.stderr)
         return 2
-    known = ", ".join(EXERCISES)
     if exercise is not None:
         exercise = exercise.zfill(2) if exercise.isdigit() else exercise
         if exercise not in EXERCISES:
-            print(f"minigrpo grade: no exercise {exercise}; exercises: {known}", file=sys.stderr)
+            print(f"minigrpo grade: no exercise {exercise}; exercises: {', '.join(EXERCISES)}", file=sys.stderr)
             return 2
-    elif path is not None:
-        exercise = Path(path).name[:2]
-        if exercise not in EXERCISES:
-            print(f"minigrpo grade: cannot tell the exercise from the name {Path(path).name} (exercises: {known}); "
-                  f"give it: minigrpo grade NN --path {path}", file=sys.stderr)
+    if path is not None:
+        exercise, refusal = _which_exercise(exercise, Path(path))
+        if refusal:
+            print(f"minigrpo grade: {refusal}", file=sys.stderr)
             return 2
     todo = [exercise] if exercise else list(EXERCISES)
     all_passed, unusable = True, False
@@ -261,14 +326,24 @@ def main(exercise: str | None = None, path: str | None = None, notebook: bool = 
             print(f"minigrpo grade: cannot read {nb_path} as a notebook: {reason}", file=sys.stderr)
             unusable = True
             continue
-        rows = grade_exercise(ex, nb_path, notebook=notebook, tests=tests)
-        print(format_table(ex, nb_path, rows))
+        graded = grade(ex, nb_path, notebook=notebook, tests=tests)
+        print(format_table(ex, nb_path, graded.rows))
+        if graded.output_chars > OUTPUT_KEPT:
+            print(f"(your code printed {graded.output_chars:,} characters while it was graded; "
+                  + ("the first " + f"{OUTPUT_KEPT:,} are below)" if verbose else "-v shows the first "
+                     f"{OUTPUT_KEPT:,})"))
         if verbose:
-            loaded = load_functions(nb_path)
-            for item in items(ex):
-                print("\n" + run_item(item, loaded.get(item.function)).report())
-        print()
+            for report in graded.reports:
+                print("\n" + report)
+            if graded.output_head.strip():
+                print("\nwhat your code printed while it was graded (the first "
+                      f"{OUTPUT_KEPT:,} characters):\n{graded.output_head}")
+        print(flush=True)
         if not _is_reference_solution(nb_path):
-            record_grade(ex, *score(rows))
-        all_passed &= all(r.passed for r in rows)
+            earned, total = score(graded.rows)
+            try:
+                record_grade(ex, earned, total, graded.parts)
+            except StateFileError as exc:
+                print(f"minigrpo grade: {exc}; this grade ({earned}/{total}) was not recorded", file=sys.stderr)
+        all_passed &= all(r.passed for r in graded.rows)
     return 2 if unusable else 0 if all_passed else 1

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,22 +57,54 @@ class LoadedNotebook:
         return self.namespace.get(name)
 
 
-def load_functions(path: str | Path, seconds: float = 30.0) -> LoadedNotebook:
-    """Run the exercise cells of a notebook (only those) and return what they define."""
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d)\.\d+["']""")
+_EXERCISE_NUMBER = re.compile(r"^\s*#\s*EXERCISE\s+(\d\d)\.\d+", flags=re.M)
+_TITLE = re.compile(r"^#\s*Exercise\s+(\d\d)\b", flags=re.M)
+
+
+def exercise_numbers(nb) -> set[str]:
+    """The exercise numbers a notebook says it is: from its ``# EXERCISE NN.k`` cells, its ``check("NN.k", …)``
+    calls and its ``# Exercise NN —`` title (empty for a notebook that says none)."""
+    found = set()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            found.update(_CHECK_CALL.findall(cell.source))
+            found.update(_EXERCISE_NUMBER.findall(cell.source))
+        elif cell.cell_type == "markdown":
+            found.update(_TITLE.findall(cell.source))
+    return found
+
+
+def cell_label(cell, index: int) -> str:
+    """How a verdict names a notebook cell: its index and its first line (``cell 3, `# EXERCISE 01.1 …```)."""
+    first = next((line.strip() for line in cell.source.splitlines() if line.strip()), "(empty)")
+    return f"cell {index} (`{first if len(first) <= 50 else first[:49] + '…'}`)"
+
+
+def load_functions(path: str | Path, seconds: float = 30.0, on_cell: Callable | None = None) -> LoadedNotebook:
+    """Run the exercise cells of a notebook (only those) and return what they define.
+
+    A cell that raises, calls ``sys.exit()`` or runs past ``seconds`` is reported in ``errors`` (one line naming
+    the cell) and the next cells still run. ``on_cell(index)``, when given, is a context manager around each cell
+    (the grader's child process tells its parent which cell runs, in case one ends the process)."""
     path = Path(path)
     nb = nbformat.read(path, as_version=4)
     loaded = LoadedNotebook(path, {"__name__": f"notebook_{path.stem}"})
     for i, cell in enumerate(nb.cells):
         if not is_exercise_cell(cell):
             continue
+        where = cell_label(cell, i)
         try:
             code = compile(cell.source, f"{path.name}[cell {i}]", "exec")
-            with time_limit(seconds):
+            with on_cell(i) if on_cell else nullcontext(), time_limit(seconds):
                 exec(code, loaded.namespace)  # noqa: S102 - running the learner's own notebook
         except GradingTimeout:
-            loaded.errors.append(f"cell {i} did not finish within {seconds:g} s")
+            loaded.errors.append(f"{where} did not finish within {seconds:g} s")
+        except SystemExit as exc:
+            code_text = "" if exc.code is None else repr(exc.code)
+            loaded.errors.append(f"{where} called sys.exit({code_text}): remove it, the notebook must run to the end")
         except Exception as exc:  # noqa: BLE001
-            loaded.errors.append(f"cell {i} raised {type(exc).__name__}: {exc}")
+            loaded.errors.append(f"{where} raised {type(exc).__name__}: {exc}")
     return loaded
 
 
@@ -148,3 +182,40 @@ def sync_exercises(root: Path | None = None, check: bool = False, force: bool = 
         if not check:
             target.write_text(text, encoding="utf-8")
     return changed, kept
+
+
+def committed_text(path: Path, root: Path) -> str | None:
+    """The file as committed in the checkout at ``root`` (``git show HEAD:<path>``), or None where that cannot be
+    known (no git, not a checkout, an untracked file)."""
+    import subprocess
+
+    try:
+        rel = Path(path).resolve().relative_to(Path(root).resolve()).as_posix()
+        proc = subprocess.run(["git", "-C", str(root), "show", f"HEAD:{rel}"], capture_output=True, timeout=60)
+    except (ValueError, OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout.decode("utf-8") if proc.returncode == 0 else None
+
+
+def stale_exercises(root: Path | None = None) -> tuple[list[Path], list[Path]]:
+    """``(stale, learners)``: the exercise notebooks that ``make-exercises`` would rewrite, and those that hold a
+    learner's answers and were judged by their committed version instead.
+
+    The suite checks that exercises/ is in sync with solutions/. A learner's notebook differs from the generated
+    stubs by design, so it is judged by what the checkout committed (``git show HEAD:exercises/NN_x.ipynb``): a
+    learner working through the exercises never makes the suite fail, and a stale committed stub still does.
+    Outside a git checkout a learner's notebook cannot be judged and is only listed."""
+    root = Path(root or repo_root())
+    stale, learners = [], []
+    for sol in sorted((root / "solutions").glob("*.ipynb")):
+        target = root / "exercises" / sol.name
+        text = exercise_text(sol)
+        if target.exists() and target.read_text(encoding="utf-8") == text:
+            continue
+        if target.exists() and has_learner_work(target):
+            learners.append(target)
+            committed = committed_text(target, root)
+            if committed is None or committed == text:
+                continue
+        stale.append(target)
+    return stale, learners
