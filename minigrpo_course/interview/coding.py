@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from minigrpo_course.interview.bank import BankFormatError, _blocks, _front_matter, _split_headings
+from minigrpo_course.state import atomic_write_text, check_writable
 
 CODE_DIR = "questions"  #: ``code_*.md`` inside the package ``minigrpo_course.interview``
 _STARTED = re.compile(r"^# started: (\S+)$", re.M)
@@ -136,10 +137,12 @@ def blank_page(drill: CodeDrill, started: datetime) -> str:
 def start(drill: CodeDrill, path: Path | str | None = None, now: datetime | None = None) -> tuple[Path, bool]:
     """Create the blank page (never overwrites an existing file). Returns (path, created)."""
     path = Path(path).expanduser() if path else default_path(drill)
+    if path.is_dir():
+        raise ValueError(f"the drill file {path} is a folder; give a file name")
     if path.exists():
         return path, False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(blank_page(drill, now or datetime.now()), encoding="utf-8")
+    check_writable(path, "drill file")
+    atomic_write_text(path, blank_page(drill, now or datetime.now()))
     return path, True
 
 
@@ -148,7 +151,10 @@ def load_function(path: Path, name: str):
     that does not run is a ValueError naming the file, the line and the error."""
     if not path.exists():
         raise ValueError(f"{path} does not exist: start the drill first (minigrpo interview --code NAME)")
-    source = path.read_text(encoding="utf-8")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
     namespace: dict = {"__name__": "drill", "__file__": str(path)}
     try:
         exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the learner's own file
