@@ -1,135 +1,186 @@
-"""A learner's files on disk: writes that are all or nothing, and read-merge-writes that several processes share.
+"""A learner's state on disk (grades, interview progress): JSON files that are never half-written, never
+lose a concurrent update, and are never overwritten when they cannot be read.
 
-Everything the course keeps for a learner (grades, interview progress, mock transcripts) goes through here:
+    from minigrpo_course.state import StateFileError, read_json, update_json
 
-- :func:`atomic_write_text` / :func:`atomic_write_json`: write a unique temporary file in the target's folder
-  (two writers never share a name), ``fsync`` it, ``os.replace`` it onto the target, ``fsync`` the folder. A
-  crash or ``kill -9`` leaves the old file or the new one, never half of one.
-- :func:`locked`: an exclusive ``fcntl.flock`` on a lock file beside the target (``.NAME.lock``), held for a
-  read-merge-write. Two terminals recording at once then run one after the other instead of the last one
-  overwriting the other's update. Where ``fcntl`` is missing (Windows) the block runs unlocked.
-- :func:`update_json`: both together: under the lock, read the file (``None`` if it does not exist), let a
-  function merge the change into it, write the result atomically.
-- :func:`check_writable`: would a file at this path be writable? Asked before a long run or a session starts,
-  so a bad path is one sentence up front rather than lost work at the end.
-- :func:`keep_elsewhere`: when the real file cannot be written, put the learner's text in a temporary folder and
-  say where.
+    update_json(path, lambda data: {**data, "01": grade}, what="grades")   # read, change, write: one locked step
+    data = read_json(path, what="grades")                                   # {} when the file does not exist yet
 
-Standard library only: ``minigrpo list`` and ``minigrpo interview`` must not import torch.
+- Every write is atomic: a unique temporary file in the same folder, flushed and fsynced, then ``os.replace``
+  (a crash or kill -9 leaves either the old file or the new one, never a mix).
+- :func:`update_json` holds an exclusive ``fcntl.flock`` on a lock file beside the state file
+  (``grades.json.lock``) from the read to the replace, so two processes that update the file at once both keep
+  their change (each reads what the other wrote). Readers need no lock.
+- A file that cannot be parsed (or whose content ``check`` refuses) raises :class:`UnreadableStateFile` with one
+  line naming the file and saying what to do; :func:`update_json` then writes nothing, so what the learner had
+  is kept. A write that fails (a read-only home) raises :class:`UnwritableStateFile`, also one line.
+- Learner files that are not JSON state (an executed notebook, a mock round's transcript) are written with the same
+  all-or-nothing :func:`atomic_write_text`. :func:`check_writable` asks, before a run or a session starts, whether
+  a path can be written; :func:`keep_elsewhere` puts the learner's text in the temporary folder when it cannot.
+
+Standard library only: reading a learner's state never imports torch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 try:
     import fcntl
-except ImportError:  # Windows: no flock; the writes stay atomic, the merge is unlocked
+except ImportError:  # Windows: no flock; updates are still atomic, only not merged under a lock
     fcntl = None
 
 
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:  # a platform that cannot open folders: the rename is the best it offers
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+class StateFileError(Exception):
+    """A state file that cannot be read or written; ``str()`` is one line naming the file."""
+
+    def __init__(self, path: Path, message: str):
+        super().__init__(message)
+        self.path = Path(path)
 
 
-def atomic_write_text(path: str | Path, text: str, encoding: str = "utf-8") -> Path:
-    """``path.write_text(text)``, all or nothing; an ``OSError`` (read-only folder, full disk) leaves ``path`` as
-    it was and no temporary file behind."""
+class UnreadableStateFile(StateFileError):
+    """The file exists but is not valid JSON of the expected shape. It is left exactly as it is."""
+
+
+class UnwritableStateFile(StateFileError):
+    """The file (or its lock, or its folder) could not be written: a read-only home, a full disk, ..."""
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return getattr(exc, "strerror", None) or text
+
+
+def read_json(path: Path | str, what: str = "data", default: Callable[[], Any] = dict,
+              check: Callable[[Any], None] | None = None) -> Any:
+    """The parsed content of ``path`` (``default()`` when it does not exist).
+
+    ``check(data)`` may raise ValueError/TypeError for content of the wrong shape. Raises
+    :class:`UnreadableStateFile` (one line: the file, what is wrong, what to do) for a file that cannot be
+    read or parsed, or that ``check`` refuses.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return default()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UnreadableStateFile(path, f"cannot read {path} ({_reason(exc)}); fix its permissions or move it "
+                                        f"away; your {what} there are kept") from None
+    try:
+        data = json.loads(text)
+        if check is not None:
+            check(data)
+    except json.JSONDecodeError as exc:
+        raise UnreadableStateFile(path, f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}); fix it or move "
+                                        f"it away; your {what} there are kept and nothing is written to it until "
+                                        f"then") from None
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise UnreadableStateFile(path, f"{path} does not hold {what} in the expected format ({_reason(exc)}); fix "
+                                        f"it or move it away; nothing is written to it until then") from None
+    return data
+
+
+def write_json(path: Path | str, data: Any, what: str = "data") -> None:
+    """Write ``data`` as JSON atomically (:func:`atomic_write_text`). Raises :class:`UnwritableStateFile` (one
+    line) when it cannot; the old file is then untouched."""
+    path = Path(path)
+    text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+    try:
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise UnwritableStateFile(path, f"could not save your {what} to {path} ({_reason(exc)})") from None
+
+
+def atomic_write_text(path: Path | str, text: str) -> Path:
+    """``path.write_text(text)``, all or nothing: a unique temporary file in the same folder (two writers never
+    share a name), flushed and fsynced, then ``os.replace`` onto ``path`` and the folder fsynced. An ``OSError``
+    (a read-only folder, a full disk) leaves ``path`` as it was and no temporary file behind. For any learner file
+    that is not JSON state: an executed notebook, a mock round's transcript, a coding drill's blank page."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding=encoding) as f:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(name, 0o666 & ~umask)  # mkstemp makes 0600; a plain open() would not
-        os.replace(name, path)
+        os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() gives, not mkstemp's 0600
+        os.replace(tmp, path)
     except BaseException:
-        Path(name).unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
         raise
     _fsync_folder(path.parent)
     return path
 
 
-def atomic_write_json(path: str | Path, obj: Any, **dumps_kwargs: Any) -> Path:
-    """``obj`` as JSON (``json.dumps(obj, **dumps_kwargs)``), all or nothing."""
-    return atomic_write_text(path, json.dumps(obj, **dumps_kwargs) + "\n")
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
-def lock_path(path: str | Path) -> Path:
-    """The lock file of ``path``: ``.NAME.lock`` in the same folder."""
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); best effort elsewhere."""
+    with contextlib.suppress(OSError, AttributeError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def lock_path(path: Path | str) -> Path:
+    """The lock file beside a state file: ``grades.json`` → ``grades.json.lock``."""
     path = Path(path)
-    return path.with_name(f".{path.name}.lock")
+    return path.with_name(path.name + ".lock")
 
 
-@contextmanager
-def locked(path: str | Path) -> Iterator[None]:
-    """Hold the exclusive lock of ``path`` for the block (waits for another process holding it)."""
-    lock = lock_path(path)
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+@contextlib.contextmanager
+def locked(path: Path | str, what: str = "data") -> Iterator[None]:
+    """Hold an exclusive lock for ``path`` (blocking) while the block runs."""
+    path = Path(path)
+    if fcntl is None:
+        yield
+        return
     try:
-        if fcntl is not None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock_path(path), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise UnwritableStateFile(path, f"could not save your {what} to {path} ({_reason(exc)})") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing releases the lock
+        os.close(fd)  # closing the file releases the lock
 
 
-def read_json(path: str | Path) -> Any:
-    """The JSON in ``path``, or None if there is no file. ``ValueError`` for a file that is not JSON or not text
-    (the caller names it and says what to do; it is never overwritten)."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    return json.loads(text)
-
-
-def update_json(path: str | Path, merge: Callable[[Any], Any], *, read: Callable[[Path], Any] = read_json,
-                **dumps_kwargs: Any) -> Any:
-    """Under the lock of ``path``: ``new = merge(read(path))``, then write ``new`` atomically; returns ``new``.
-
-    ``read`` gets the path and returns its content (None when there is no file); it raises for a file it cannot
-    understand, and then nothing is written. ``merge`` must add the caller's change to what another process may
-    have written since the caller last read the file, not replace it.
-    """
-    path = Path(path)
-    with locked(path):
-        new = merge(read(path))
-        atomic_write_json(path, new, **dumps_kwargs)
+def update_json(path: Path | str, change: Callable[[Any], Any], what: str = "data",
+                default: Callable[[], Any] = dict, check: Callable[[Any], None] | None = None) -> Any:
+    """Read ``path``, apply ``change`` (it returns the new content; it may edit its argument), and write the result
+    atomically, all under the file's lock, so that concurrent updates from other processes are merged, not lost.
+    Returns the new content. Raises :class:`UnreadableStateFile` without writing anything when the current file
+    cannot be read, and :class:`UnwritableStateFile` when the new one cannot be written."""
+    with locked(path, what):
+        new = change(read_json(path, what, default, check))
+        write_json(path, new, what)
     return new
 
 
-def _reason(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
-
-
-def check_writable(path: str | Path, what: str = "file") -> Path:
-    """``path`` if a file can be written there; else a ``ValueError`` of one sentence saying why (its folder is a
-    file, it is a folder, the folder is read-only). Creates the missing folders, and a test file it removes."""
+def check_writable(path: Path | str, what: str = "file") -> Path:
+    """``path`` if a file can be written there; else a ``ValueError`` of one sentence saying why (it is a folder,
+    a file stands where one of its folders should be, the folder is read-only). Asked before a run or a session
+    starts, so that a bad path costs one sentence up front rather than the work at the end. Creates the missing
+    folders, and a test file that it removes."""
     path = Path(path).expanduser()
     if path.is_dir():
         raise ValueError(f"the {what} path {path} is a folder; give a file name")
@@ -147,8 +198,9 @@ def check_writable(path: str | Path, what: str = "file") -> Path:
 
 
 def keep_elsewhere(text: str, stem: str) -> Path | None:
-    """Write ``text`` to a new file in the temporary folder (``minigrpo-STEM-YYYYmmdd-HHMMSS-*.md``) and return it;
-    None when even that fails (the caller then prints the text back)."""
+    """When the real file cannot be written: ``text`` in a new file of the temporary folder
+    (``minigrpo-STEM-YYYYmmdd-HHMMSS-*.md``), whose path the caller names to the learner; None when even that
+    fails (the caller then prints the text back)."""
     try:
         fd, name = tempfile.mkstemp(prefix=f"minigrpo-{stem}-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".md")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
@@ -160,5 +212,5 @@ def keep_elsewhere(text: str, stem: str) -> Path | None:
         return None
 
 
-__all__ = ["atomic_write_json", "atomic_write_text", "check_writable", "keep_elsewhere", "lock_path", "locked",
-           "read_json", "update_json"]
+__all__ = ["StateFileError", "UnreadableStateFile", "UnwritableStateFile", "atomic_write_text", "check_writable",
+           "keep_elsewhere", "lock_path", "locked", "read_json", "update_json", "write_json"]

@@ -121,7 +121,7 @@ def test_progress_persists_and_a_corrupt_file_is_a_clear_error(tmp_path):
     assert again.card("gae").box == 2 and again.card("gae").due == T0 + timedelta(days=1) + WAITS[2]
     assert [h["rating"] for h in again.card("gae").history] == [1, 2]
     path.write_text("{not json")
-    with pytest.raises(ValueError, match="cannot read interview progress"):
+    with pytest.raises(ValueError, match="is not valid JSON .*; fix it or move it away"):
         Progress(path)
 
 
@@ -201,7 +201,7 @@ def test_a_corrupt_progress_file_is_reported_not_overwritten(capsys, tmp_path):
     pf = tmp_path / "p.json"
     pf.write_text("[]")
     rc, _, err = _cli(capsys, "--stats", "--progress-file", str(pf))
-    assert rc == 2 and "cannot read interview progress" in err and pf.read_text() == "[]"
+    assert rc == 2 and "does not hold interview attempts in the expected format" in err and pf.read_text() == "[]"
 
 
 def test_interactive_session_in_a_subprocess_uses_the_env_progress_file(tmp_path):

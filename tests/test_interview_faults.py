@@ -182,7 +182,9 @@ def test_a_field_that_cannot_be_understood_is_named_and_the_file_kept(capsys, tm
     for argv in (["--stats"], ["--id", "gae", "--answer", "A = Q - V", "--covered", "1"]):
         rc, out, err = _cli(capsys, *argv, "--progress-file", str(pf))
         assert rc == 2 and err.count("\n") == 1 and "Traceback" not in out + err
-        assert f"cannot read interview progress from {pf} ({field}" in err
+        assert f"{pf} does not hold interview attempts in the expected format ({field}" in err
+        assert err.strip().endswith("nothing is written to it until then (or choose another file with "
+                                    "--progress-file)")
         assert pf.read_text() == before, "the learner's file is never overwritten"
 
 
@@ -202,8 +204,8 @@ def test_a_file_that_went_bad_during_a_session_is_not_overwritten(capsys, tmp_pa
     monkeypatch.setattr(sys, "stdin", BreakTheFileFirst("my answer about GQA\n\nall\n"))
     rc, out, err = _cli(capsys, "--id", "gqa", "--progress-file", str(pf))
     assert rc == 1 and pf.read_text() == "{broken" and err.count("\n") == 1
-    assert f"could not save your progress to {pf} (the file can no longer be read: Expecting" in err
-    assert "; it was not changed); your answer was kept in " in err
+    assert err.startswith(f"minigrpo interview: your attempt was not saved: {pf} is not valid JSON (Expecting")
+    assert "nothing is written to it until then; your answer was kept in " in err
     kept = Path(err.split("your answer was kept in ")[1].split(";")[0])
     assert "my answer about GQA" in kept.read_text() and "minigrpo interview --id gqa --covered" in kept.read_text()
     kept.unlink()
@@ -257,7 +259,7 @@ def test_a_save_that_fails_mid_session_keeps_the_typed_answer(capsys, tmp_path, 
     monkeypatch.setattr(state.os, "replace", refuse)
     rc, out, err = _cli(capsys, "--id", "gqa", "--progress-file", str(pf))
     assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err
-    assert err.startswith(f"minigrpo interview: could not save your progress to {pf} (Permission denied); "
+    assert err.startswith(f"minigrpo interview: could not save your interview attempts to {pf} (Permission denied); "
                           "your answer was kept in ")
     assert err.strip().endswith("record it later with: minigrpo interview --id gqa --covered 1,3")
     kept = Path(err.split("your answer was kept in ")[1].split(";")[0])
@@ -297,17 +299,18 @@ def test_a_coding_drill_file_that_cannot_be_written_is_refused(capsys, tmp_path,
 def test_a_mock_round_goes_on_when_progress_cannot_be_saved(capsys, tmp_path, monkeypatch):
     """The progress file becomes unwritable during the round: one line, the round goes on, every answer is in
     the transcript, exit status 1."""
-    import minigrpo_course.interview.schedule as schedule
+    import minigrpo_course.state as state
 
-    def refuse(*args, **kwargs):
-        raise OSError(28, "No space left on device")
+    def refuse(path, data, what="data"):  # the progress file's folder is full; the transcript's is not
+        raise state.UnwritableStateFile(path, f"could not save your {what} to {path} (No space left on device)")
 
-    monkeypatch.setattr(schedule, "update_json", refuse)
+    monkeypatch.setattr(state, "write_json", refuse)
     monkeypatch.setattr(sys, "stdin", io.StringIO("what reward?\n\nall\nsample, score, advance, step\n\nq\n"))
     transcript = tmp_path / "t.md"
     rc, out, err = _cli(capsys, "--mock", "debugging", "--transcript", str(transcript), "--progress-file",
                         str(tmp_path / "p.json"))
     assert rc == 1 and err.count("\n") == 1 and "(No space left on device); the round goes on" in err
+    assert "could not save your interview attempts to" in err
     text = transcript.read_text()
     assert "> what reward?" in text and "> sample, score, advance, step" in text
     assert not (tmp_path / "p.json").exists()

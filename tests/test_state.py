@@ -1,32 +1,27 @@
-"""minigrpo_course.state: writes that are all or nothing, and read-merge-writes that two processes share."""
+"""minigrpo_course.state beyond JSON state (tests/test_grading_state.py covers read_json, update_json and the lock):
+the all-or-nothing text write used for notebooks and transcripts, the up-front check of a path, and the fallback
+file in the temporary folder."""
 
-import json
 import os
 import stat
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from minigrpo_course import state
 
-ROOT = Path(__file__).resolve().parents[1]
 
-
-def test_an_atomic_write_replaces_the_file_and_leaves_no_temporary_file(tmp_path):
-    path = tmp_path / "sub" / "grades.json"
-    state.atomic_write_json(path, {"01": 3}, indent=1)
-    assert json.loads(path.read_text()) == {"01": 3}
+def test_an_atomic_text_write_replaces_the_file_with_usual_permissions_and_no_temporary_file(tmp_path):
+    path = tmp_path / "sub" / "run.ipynb"
+    state.atomic_write_text(path, "first")
+    state.atomic_write_text(path, "second")
+    assert path.read_text() == "second" and sorted(p.name for p in path.parent.iterdir()) == ["run.ipynb"]
     umask = os.umask(0)
     os.umask(umask)
-    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, "the permissions of a plain open(), not mkstemp's 0600"
-    state.atomic_write_text(path, "second")
-    assert path.read_text() == "second" and sorted(p.name for p in path.parent.iterdir()) == ["grades.json"]
+    assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~umask, "what open() gives, not mkstemp's 0600"
 
 
-def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monkeypatch):
-    path = tmp_path / "p.json"
+def test_a_failed_text_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monkeypatch):
+    path = tmp_path / "t.md"
     path.write_text("old")
 
     def refuse(src, dst):
@@ -35,45 +30,22 @@ def test_a_failed_write_leaves_the_old_file_and_no_temporary_file(tmp_path, monk
     monkeypatch.setattr(state.os, "replace", refuse)
     with pytest.raises(PermissionError):
         state.atomic_write_text(path, "new")
-    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["p.json"]
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["t.md"]
 
 
-def test_update_json_merges_and_refuses_to_overwrite_what_it_cannot_read(tmp_path):
-    path = tmp_path / "p.json"
-    assert state.update_json(path, lambda old: (old or []) + [1]) == [1]
-    assert state.update_json(path, lambda old: old + [2]) == [1, 2]
-    assert state.lock_path(path).name == ".p.json.lock"
-    path.write_text("{broken")
-    with pytest.raises(ValueError):
-        state.update_json(path, lambda old: [3])
-    assert path.read_text() == "{broken", "an unreadable file is never overwritten"
-
-
-_WORKER = """
-import sys, time
-from minigrpo_course.state import update_json
-path, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-for i in range(n):
-    update_json(path, lambda old: {**(old or {}), f"{name}{i}": i})
-    time.sleep(0.001)
-"""
-
-
-def test_two_processes_updating_one_file_lose_nothing(tmp_path):
-    """Each process adds 150 keys, one read-merge-write each, at the same time as the other: all 300 survive
-    (a fixed temporary name and no lock lost two thirds of the updates before)."""
-    path = tmp_path / "shared.json"
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(path), name, "150"], env=env) for name in "ab"]
-    assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    data = json.loads(path.read_text())
-    assert len(data) == 300 and all(f"{n}{i}" in data for n in "ab" for i in range(150))
+def test_write_json_goes_through_the_same_write(tmp_path, monkeypatch):
+    calls = []
+    real = state.atomic_write_text
+    monkeypatch.setattr(state, "atomic_write_text", lambda path, text: calls.append(path) or real(path, text))
+    state.update_json(tmp_path / "g.json", lambda data: {**data, "01": 1}, what="grades")
+    assert calls == [tmp_path / "g.json"] and (tmp_path / "g.json").read_text() == '{\n "01": 1\n}\n'
 
 
 def test_check_writable_says_why_in_one_sentence(tmp_path, monkeypatch):
     (tmp_path / "afile").write_text("x")
-    assert state.check_writable(tmp_path / "new" / "deeper" / "f.json") == tmp_path / "new" / "deeper" / "f.json"
-    assert not (tmp_path / "new" / "deeper" / "f.json").exists() and list((tmp_path / "new" / "deeper").iterdir()) == []
+    target = tmp_path / "new" / "deeper" / "f.json"
+    assert state.check_writable(target) == target
+    assert not target.exists() and list(target.parent.iterdir()) == [], "the probe file is removed"
     with pytest.raises(ValueError, match="a file stands where a folder of that path should be"):
         state.check_writable(tmp_path / "afile" / "f.json", "progress file")
     with pytest.raises(ValueError, match=r"the transcript path .* is a folder; give a file name"):
@@ -103,3 +75,5 @@ def test_keep_elsewhere_writes_to_the_temporary_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(state.tempfile, "tempdir", str(tmp_path))
     kept = state.keep_elsewhere("my answer", "answer")
     assert kept.parent == tmp_path and kept.name.startswith("minigrpo-answer-") and kept.read_text() == "my answer"
+    monkeypatch.setattr(state.tempfile, "tempdir", str(tmp_path / "missing"))
+    assert state.keep_elsewhere("my answer", "answer") is None

@@ -34,7 +34,7 @@ from minigrpo_course.interview.schedule import Progress, rating_from_checklist
 from minigrpo_course.interview.seeds import SeedSet, seed_set
 from minigrpo_course.interview.terminal import (WIDTH, Terminated, _read_answer, _wrap, clock_text, format_checklist,
                                                 parse_covered, readline, say_safely)
-from minigrpo_course.state import atomic_write_text, keep_elsewhere
+from minigrpo_course.state import StateFileError, atomic_write_text, keep_elsewhere
 
 #: the rounds are ``mock_*.md`` files next to the topic files (inside the package ``minigrpo_course.interview``)
 MOCKS_DIR = "questions"
@@ -267,12 +267,11 @@ class MockRound:
         self.progress.record_checklist(q.id, covered)
         try:
             self.progress.save()
-        except (OSError, ValueError) as exc:
+        except StateFileError as exc:
             self.record = False
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            self.save_failed = reason
-            self.transcript.warn(f"minigrpo interview: could not save your progress to {self.progress.path} "
-                                 f"({reason}); the round goes on, and your answers are kept in the transcript")
+            self.save_failed = str(exc)
+            self.transcript.warn(f"minigrpo interview: {exc}; the round goes on, and your answers are kept in the "
+                                 "transcript")
 
     def ask_line(self, prompt: str) -> str:
         print(prompt, end="", file=self.stdout, flush=True)

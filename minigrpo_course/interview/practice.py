@@ -35,7 +35,7 @@ from minigrpo_course.interview.bank import QUESTIONS, SEED_QUESTIONS, TOPICS, Qu
 from minigrpo_course.interview.schedule import PROGRESS_ENV_VAR, RATINGS, Progress, check_rating
 from minigrpo_course.interview.terminal import (WIDTH, Terminated, _read_answer, _wrap, format_checklist, parse_covered,
                                                 readline, say_safely, stop_on_hangup)
-from minigrpo_course.state import check_writable, keep_elsewhere
+from minigrpo_course.state import StateFileError, UnwritableStateFile, check_writable, keep_elsewhere
 
 #: exit status after Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
@@ -119,15 +119,14 @@ def _save(progress: Progress, q: Question, answer: str | None, how: str) -> None
     records it again in a file in the temporary folder, and raise :class:`NotSaved` naming it."""
     try:
         progress.save()
-    except (OSError, ValueError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    except StateFileError as exc:
         again = f"minigrpo interview --id {q.id} {how}"
         kept = keep_elsewhere(f"# {q.id}\n\n{q.question}\n\n## Your answer\n\n{answer or '(none typed)'}\n\n"
                               f"## Record it again\n\n    {again}\n", "answer")
         where = (f"your answer was kept in {kept}" if kept is not None
                  else f"your answer was: {' / '.join((answer or '(none typed)').splitlines())}")
-        raise NotSaved(f"could not save your progress to {progress.path} ({reason}); {where}; "
-                       f"record it later with: {again}") from None
+        what = str(exc) if isinstance(exc, UnwritableStateFile) else f"your attempt was not saved: {exc}"
+        raise NotSaved(f"{what}; {where}; record it later with: {again}") from None
 
 
 def _record(progress: Progress, q: Question, rating: int, stdout: TextIO, answer: str | None = None) -> None:
@@ -401,8 +400,8 @@ def _stopped(progress: Progress | None, first: str, status: int) -> int:
         try:
             progress.save()
             say_safely(f"{first}; your progress is saved in {progress.path}")
-        except (OSError, ValueError) as exc:
-            say_safely(f"{first}; your progress could not be saved to {progress.path} ({exc})")
+        except StateFileError as exc:
+            say_safely(f"{first}; {exc}")
     else:
         say_safely(f"{first}; nothing was rated, so there is nothing to save")
     try:

@@ -35,9 +35,11 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from minigrpo_course.interview.bank import QUESTIONS, Question, get
-from minigrpo_course.state import read_json, update_json
+from minigrpo_course.state import StateFileError, read_json, update_json
 
 PROGRESS_ENV_VAR = "MINIGRPO_INTERVIEW_PROGRESS"
+#: what the progress file holds, as messages about it say ("could not save your interview attempts to ...")
+WHAT = "interview attempts"
 RATINGS = {0: "blank: could not answer", 1: "weak: missed key points", 2: "good: most points",
            3: "strong: every point, crisply"}
 WAITS = (timedelta(minutes=10), timedelta(days=1), timedelta(days=3), timedelta(days=7), timedelta(days=16),
@@ -236,14 +238,10 @@ class Progress:
 
     def _read(self) -> tuple[dict[str, Card], int | None, list[str]]:
         try:
-            raw = read_json(self.path)
-            if raw is None:
-                return {}, None, []
-            return parse_progress(raw)
-        except (OSError, ValueError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise ValueError(f"cannot read interview progress from {self.path} ({reason}); fix or delete the file, "
-                             f"or choose another with --progress-file (it was not changed)") from None
+            raw = read_json(self.path, WHAT, default=lambda: None, check=parse_progress)
+        except StateFileError as exc:
+            raise ValueError(f"{exc} (or choose another file with --progress-file)") from None
+        return ({}, None, []) if raw is None else parse_progress(raw)
 
     @property
     def unsaved(self) -> int:
@@ -252,21 +250,14 @@ class Progress:
 
     def save(self) -> None:
         """Add the attempts recorded since the last save to the file, under its lock, atomically (a crash
-        mid-write leaves the old file intact). An ``OSError`` (a read-only folder, a full disk) or a
-        ``ValueError`` (the file became unreadable) leaves the file as it was and keeps the attempts unsaved."""
+        mid-write leaves the old file intact). A :class:`~minigrpo_course.state.StateFileError` (the folder is
+        read-only, the disk full, the file became unreadable) leaves the file as it was and the attempts unsaved."""
         if not self._new:
             return
         merged: dict[str, Card] = {}
 
-        def read(path: Path):
-            try:
-                raw = read_json(path)
-                return None if raw is None else parse_progress(raw)[0]
-            except ValueError as exc:
-                raise ValueError(f"the file can no longer be read: {exc}; it was not changed") from None
-
-        def merge(disk: dict[str, Card] | None) -> dict:
-            disk = disk or {}
+        def change(raw) -> dict:
+            disk = {} if raw is None else parse_progress(raw)[0]
             merged.clear()
             merged.update(disk)
             for qid, mine in self._new.items():
@@ -275,7 +266,7 @@ class Progress:
                 qid: {"box": c.box, "due": c.due.isoformat() if c.due else None, "history": c.history}
                 for qid, c in sorted(merged.items())}}
 
-        update_json(self.path, merge, read=read, indent=1, ensure_ascii=False)
+        update_json(self.path, change, WHAT, default=lambda: None, check=parse_progress)
         self.cards, self._base, self._new = dict(merged), dict(merged), {}
 
     def card(self, question_id: str) -> Card:
