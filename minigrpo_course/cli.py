@@ -30,8 +30,8 @@ examples:
   minigrpo train llm --recipe gsm8k --smoke    SFT then GRPO on word problems, quickly; saved under runs/
   minigrpo train diffusion --recipe digits     GRPO on lesson 08's digits diffusion model
 
-exit status: 0 done, 1 a run or grade that failed, 2 bad input (one line says why), 130 Ctrl-C,
-141 the output was cut short by its reader (minigrpo list | head -1), without a traceback
+exit status: 0 done, 1 a run or grade that failed, 2 bad input (one line says why), 130 Ctrl-C;
+output cut short by its reader (minigrpo list | head -1) ends quietly with 0
 """
 
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -385,9 +385,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: exit status when the reader of our output went away (``minigrpo list | head -1``): 128 + SIGPIPE, what a shell
-#: reports for a command that a closed pipe stopped, so ``set -o pipefail`` scripts can tell the output was cut
-BROKEN_PIPE = 141
+#: exit status when the reader of our output went away (``minigrpo list | head -1``): 0, the reader had what it
+#: wanted; not 141 (128 + SIGPIPE), which would fail every ``set -o pipefail`` script that pipes us into head
+BROKEN_PIPE = 0
 
 
 def _quiet_stdout() -> None:
@@ -402,7 +402,7 @@ def _quiet_stdout() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The ``minigrpo`` command. Exit status: 0 done, 1 a run or grade that failed, 2 bad input (one line), 130
-    Ctrl-C, 141 the output pipe was closed (e.g. ``| head``; quietly, as for any command stopped by SIGPIPE)."""
+    Ctrl-C; output cut short by its reader (``| head``) ends quietly with 0."""
     try:
         try:
             args = parse_args(build_parser(), argv)
