@@ -63,14 +63,45 @@ def test_unknown_ids_topics_and_seeds_are_clear_errors():
         for_seed("009.Q1")
 
 
+#: lesson sections that issue 24 asked the lesson editors to write, with these exact titles, and that bank entries
+#: already point at. Until a section exists its entries are an expected failure; from then on the test holds them
+#: to exactly one cell like every other entry (delete the line then: a pending section that exists fails below).
+PENDING_SECTIONS = {
+    ("notebooks/04_ppo.ipynb", "Dual-clip PPO"),
+    ("notebooks/06_grpo_llm.ipynb", "GSPO: one ratio per sequence"),
+    ("notebooks/06_grpo_llm.ipynb", "Which KL, in which direction"),
+    ("notebooks/06_grpo_llm.ipynb", "Truncated completions"),
+    ("notebooks/06_grpo_llm.ipynb", "Left padding and position_ids"),
+    ("notebooks/07_debugging_grpo.ipynb", "Why bf16 log-probs differ"),
+    ("notebooks/12_grpo_pretrained_model.ipynb", "LoRA pitfalls in RL"),
+    ("notebooks/12_grpo_pretrained_model.ipynb", "Reward hacking on a real model"),
+    ("notebooks/12_grpo_pretrained_model.ipynb", "Leaving one process"),
+}
+
+
+def _cells_with(notebook: str, fragment: str) -> list[int]:
+    nb = nbformat.read(ROOT / notebook, as_version=4)
+    return [i for i, c in enumerate(nb.cells) if fragment in c.source]
+
+
 @pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.id)
 def test_every_entry_points_at_exactly_one_lesson_cell(q):
     path = ROOT / q.demo.notebook
     assert path.exists(), f"{q.id}: {q.demo.notebook} does not exist"
-    nb = nbformat.read(path, as_version=4)
-    hits = [i for i, c in enumerate(nb.cells) if q.demo.fragment in c.source]
+    hits = _cells_with(q.demo.notebook, q.demo.fragment)
+    if not hits and (q.demo.notebook, q.demo.fragment) in PENDING_SECTIONS:
+        pytest.xfail(f"{q.id}: the section {q.demo.fragment!r} of {q.demo.notebook} is not written yet")
     assert len(hits) == 1, f"{q.id}: {len(hits)} cells of {q.demo.notebook} contain {q.demo.fragment!r}"
     assert q.demo.lesson == path.name[:2]
+
+
+def test_pending_sections_are_pending_and_pointed_at():
+    """Each pending section is named by a bank entry, and is still missing from its lesson (once written, its line
+    goes: the entry is then checked like the others)."""
+    pointed = {(q.demo.notebook, q.demo.fragment) for q in QUESTIONS}
+    for notebook, title in sorted(PENDING_SECTIONS):
+        assert (notebook, title) in pointed, f"no bank entry points at {title!r} in {notebook}"
+        assert not _cells_with(notebook, title), f"{notebook} now has {title!r}: remove it from PENDING_SECTIONS"
 
 
 def test_provisional_entries_point_elsewhere_than_their_planned_lesson():
@@ -317,3 +348,31 @@ def test_the_practice_notebook_reads_without_a_kernel_and_its_outputs_are_curren
     for topic in TOPICS:
         assert html_of[f'show_topic("{topic}")'] == "".join(card_html(q) for q in by_topic(topic)), \
             f"re-run notebook 11 (minigrpo run 11 --in-place): the {topic} cards changed"
+
+
+NEW_TOPICS = ["dual-clip-ppo", "gspo", "kl-direction", "truncated-completions", "verifier-hacking", "multi-gpu-grpo",
+              "bf16-logprobs", "lora-pitfalls", "left-padding"]
+
+
+def test_the_newer_interview_topics_come_up_in_spaced_review(tmp_path):
+    """Issue 24's topics are ordinary bank entries: a learner who has practised everything else gets them next,
+    multi-GPU GRPO and the KL's direction included, each with a checklist, a model answer and follow-ups."""
+    for qid in NEW_TOPICS:
+        q = get(qid)
+        assert len(q.checklist) >= 5 and len(q.answer) > 800 and len(q.followups) >= 2, qid
+    progress = Progress(tmp_path / "p.json")
+    for q in QUESTIONS:
+        if q.id not in NEW_TOPICS:
+            progress.record(q.id, 3, now=T0)
+    order = [q.id for q in progress.review_order(now=T0 + timedelta(hours=1))]
+    assert order[:len(NEW_TOPICS)] == [q.id for q in QUESTIONS if q.id in NEW_TOPICS]
+    grpo = [q.id for q in progress.review_order(by_topic("grpo"), now=T0 + timedelta(hours=1))]
+    assert grpo[:5] == ["gspo", "kl-direction", "truncated-completions", "verifier-hacking", "multi-gpu-grpo"]
+
+
+def test_the_kl_direction_answer_says_which_is_which():
+    """The precise statement: the value estimates KL(π‖π_ref), the expected gradient is that of KL(π_ref‖π)."""
+    q = get("kl-direction")
+    text = " ".join(q.checklist) + q.answer
+    assert "E_π_θ[k3] = KL(π_θ ‖ π_ref)" in text and "∇KL(π_ref ‖ π_θ)" in text
+    assert "mode-seeking" in text and "mass-covering" in text
