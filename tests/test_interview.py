@@ -329,10 +329,11 @@ def test_the_practice_notebook_shows_every_topic():
 
 
 def test_the_practice_notebook_reads_without_a_kernel_and_its_outputs_are_current():
-    """Every practice cell's committed output is plain HTML with the answers folded in <details> (no
-    widget-only output), and the deterministic ones equal what the current code renders."""
-    from minigrpo_course.interview.notebook import card_html, code_drills_html, drill_html, flaws_html, mocks_html
+    """Every practice cell's committed output is plain HTML (no widget-only output): whole cards with the answers
+    folded where one card is shown, indexes that link to the bank where a whole topic is, and the deterministic
+    ones equal what the current code renders."""
     from minigrpo_course.interview.drills import DRILLS
+    from minigrpo_course.interview.notebook import code_drills_html, drill_html, flaws_html, mocks_html, topic_index_html
 
     nb = nbformat.read(ROOT / "notebooks" / "11_interview_practice.ipynb", as_version=4)
     html_of = {}
@@ -340,14 +341,35 @@ def test_the_practice_notebook_reads_without_a_kernel_and_its_outputs_are_curren
         if c.cell_type == "code" and c.outputs:
             html = "".join(o.get("data", {}).get("text/html", "") for o in c.outputs)
             html_of[c.source] = html
-    for src in ("random_question();", "flashcards()", "show_flaws()", "show_drills()", "show_code_drills()",
-                "show_mocks()"):
+    for src in ("random_question();", "flashcards()", "show_flaws()", "show_drills()"):
         assert "<details>" in html_of[src], f"{src}: no folded HTML answer in the committed output"
     assert html_of["show_flaws()"] == flaws_html() and html_of["show_code_drills()"] == code_drills_html()
     assert html_of["show_mocks()"] == mocks_html() and html_of["show_drills()"] == "".join(drill_html(d) for d in DRILLS)
     for topic in TOPICS:
-        assert html_of[f'show_topic("{topic}")'] == "".join(card_html(q) for q in by_topic(topic)), \
-            f"re-run notebook 11 (minigrpo run 11 --in-place): the {topic} cards changed"
+        assert html_of[f'show_topic("{topic}")'] == topic_index_html(topic), \
+            f"re-run notebook 11 (minigrpo run 11 --in-place): the {topic} index changed"
+
+
+def test_the_practice_notebook_is_lean_and_its_links_resolve():
+    """The committed outputs are an index of the bank, not a copy of it (they were 198 kB of HTML, the whole bank
+    with every answer): under 80 kB, and every link of a topic index names a bank file and a '## id' in it."""
+    import re
+
+    from minigrpo_course.interview.notebook import topic_index_html
+
+    nb = nbformat.read(ROOT / "notebooks" / "11_interview_practice.ipynb", as_version=4)
+    size = sum(len(json.dumps(c.get("outputs", []))) for c in nb.cells if c.cell_type == "code")
+    assert size < 80_000, f"lesson 11's outputs are {size} bytes"
+    answers = sum(len(q.answer) for q in QUESTIONS)
+    assert size < answers, "the outputs hold less text than the bank's model answers alone"
+    for topic in TOPICS:
+        links = re.findall(r'href="([^"#]+)(?:#([^"]+))?"', topic_index_html(topic))
+        assert len([a for _, a in links if a]) == len(by_topic(topic))
+        for href, anchor in links:
+            path = (ROOT / "notebooks" / href).resolve()
+            assert path.is_file(), href
+            if anchor:
+                assert f"\n## {anchor}\n" in path.read_text(encoding="utf-8"), f"{href}#{anchor}"
 
 
 NEW_TOPICS = ["dual-clip-ppo", "gspo", "kl-direction", "truncated-completions", "verifier-hacking", "multi-gpu-grpo",
