@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from minigrpo_course.interview.bank import BankFormatError, _blocks, _front_matter, _split_headings
+from minigrpo_course.interview.terminal import readline
 from minigrpo_course.state import atomic_write_text, check_writable
 
 CODE_DIR = "questions"  #: ``code_*.md`` inside the package ``minigrpo_course.interview``
@@ -340,7 +341,7 @@ def run_code_drill(drill: CodeDrill, path: Path | str | None, stdin: TextIO, std
         f"there in your editor. The clock started when the file was created.")
     while True:
         print("Press Enter to run the hidden tests (q to stop): ", end="", file=stdout, flush=True)
-        line = stdin.readline()
+        line = readline(stdin)
         if not line or line.strip().lower() in ("q", "quit"):
             say(f"\nstopped; your file stays at {path}")
             return 1
