@@ -30,6 +30,9 @@ examples:
   minigrpo interview          practise interview questions, with spaced review of weak ones
   minigrpo train llm --recipe gsm8k --smoke    SFT then GRPO on word problems, quickly; saved under runs/
   minigrpo train diffusion --recipe digits     GRPO on lesson 08's digits diffusion model
+
+exit status: 0 done, 1 a run or grade that failed, 2 bad input (one line says why), 130 Ctrl-C;
+output cut short by its reader (minigrpo list | head -1) ends quietly with 0
 """
 
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -89,9 +92,38 @@ def _output_path(args: argparse.Namespace, source: Path) -> Path:
     if args.in_place:
         return source
     if args.output:
-        out = Path(args.output)
+        out = Path(args.output).expanduser()
         return out / source.name if out.is_dir() or args.output.endswith(("/", os.sep)) else out
     return repo_root() / "runs" / source.name
+
+
+def _read_notebook(path: Path):
+    """The notebook at ``path``, validated; a ValueError of one sentence when it is empty, not JSON or not a
+    notebook (read before anything runs)."""
+    import nbformat
+
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise ValueError(f"cannot read {_shown(path)} ({exc.strerror or exc})") from None
+    if not raw.strip():
+        raise ValueError(f"{_shown(path)} is empty, not a notebook")
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{_shown(path)} is not a notebook: it is not UTF-8 text") from None
+    except ValueError:
+        raise ValueError(f"{_shown(path)} is not a notebook: it is not JSON") from None
+    missing = [k for k in ("cells", "metadata", "nbformat") if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise ValueError(f"{_shown(path)} is JSON but not a notebook: it has no {', '.join(map(repr, missing))} "
+                         "(a notebook is an object with cells, metadata and nbformat)")
+    try:
+        nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+        nbformat.validate(nb)
+    except Exception as exc:  # noqa: BLE001 - jsonschema, NBFormatError, or a shape nbformat trips over
+        raise ValueError(f"{_shown(path)} is not a valid Jupyter notebook ({_one_line(exc, 160)})") from None
+    return nb
 
 
 class _Interrupted(Exception):
@@ -103,13 +135,15 @@ def _save_partial(nb, out: Path, stopped_at: int | None) -> None:
     saved notebook shows where the run stopped."""
     import nbformat
 
+    from minigrpo_course.state import atomic_write_text
+
     if stopped_at is not None:
         for cell in nb.cells[stopped_at + 1:]:
             if cell.cell_type == "code":
                 cell.outputs = []
                 cell.execution_count = None
-    out.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, str(out))
+    text = nbformat.writes(nb)
+    atomic_write_text(out, text if text.endswith("\n") else text + "\n")  # all or nothing: never half a notebook
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -121,7 +155,15 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         _error("run", f"--timeout must be a positive number of seconds, got {args.timeout}")
         return 2
-    out = _output_path(args, source)
+    from minigrpo_course.state import check_writable
+
+    try:
+        nb = _read_notebook(source)
+        # checked now, not after the run: an unusable output path must not cost the run
+        out = check_writable(_output_path(args, source), "output notebook")
+    except ValueError as exc:
+        _error("run", str(exc))
+        return 2
 
     import asyncio
     import signal
@@ -141,7 +183,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(f"running {_shown(source)} in {mode}, at most {args.timeout} s per cell; "
           f"writing {_shown(out)}", flush=True)
 
-    nb = nbformat.read(source, as_version=4)
     # what the outputs are made with (taken before the run), so that a test can tell when the code has moved on
     from minigrpo_course import provenance
 
@@ -383,16 +424,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(build_parser(), argv)
+#: exit status when the reader of our output went away (``minigrpo list | head -1``): 0, the reader had what it
+#: wanted; not 141 (128 + SIGPIPE), which would fail every ``set -o pipefail`` script that pipes us into head
+BROKEN_PIPE = 0
+
+
+def _quiet_stdout() -> None:
+    """Send what is left of stdout to /dev/null, so that the interpreter's last flush at exit cannot fail
+    with a second BrokenPipeError."""
     try:
-        return run(args)   # Ctrl-C: one line, exit status 130
-    except ModuleNotFoundError as exc:
-        if exc.name not in COURSE_MODULES:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``minigrpo`` command. Exit status: 0 done, 1 a run or grade that failed, 2 bad input (one line), 130
+    Ctrl-C; output cut short by its reader (``| head``) ends quietly with 0."""
+    try:
+        try:
+            args = parse_args(build_parser(), argv)
+        except SystemExit:  # --help, --version, a usage error: printed already; a closed pipe shows up here
+            sys.stdout.flush()
             raise
-        _error(args.command, f"this command needs the course tools ({exc.name} is missing): "
-                             "pip install -e '.[course]' from the repository, or make setup")
-        return 2
+        try:
+            status = run(args)   # Ctrl-C: one line, exit status 130
+        except ModuleNotFoundError as exc:
+            if exc.name not in COURSE_MODULES:
+                raise
+            _error(args.command, f"this command needs the course tools ({exc.name} is missing): "
+                                 "pip install -e '.[course]' from the repository, or make setup")
+            return 2
+        sys.stdout.flush()  # a pipe closed early shows up here, inside the handler below, not at exit
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -14,6 +14,9 @@ lose a concurrent update, and are never overwritten when they cannot be read.
 - A file that cannot be parsed (or whose content ``check`` refuses) raises :class:`UnreadableStateFile` with one
   line naming the file and saying what to do; :func:`update_json` then writes nothing, so what the learner had
   is kept. A write that fails (a read-only home) raises :class:`UnwritableStateFile`, also one line.
+- Learner files that are not JSON state (an executed notebook, a mock round's transcript) are written with the same
+  all-or-nothing :func:`atomic_write_text`. :func:`check_writable` asks, before a run or a session starts, whether
+  a path can be written; :func:`keep_elsewhere` puts the learner's text in the temporary folder when it cannot.
 
 Standard library only: reading a learner's state never imports torch.
 """
@@ -24,6 +27,7 @@ import contextlib
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,27 +90,43 @@ def read_json(path: Path | str, what: str = "data", default: Callable[[], Any] =
 
 
 def write_json(path: Path | str, data: Any, what: str = "data") -> None:
-    """Write ``data`` as JSON atomically: a unique temp file in the same folder, fsync, ``os.replace``.
-    Raises :class:`UnwritableStateFile` (one line) when it cannot; the old file is then untouched."""
+    """Write ``data`` as JSON atomically (:func:`atomic_write_text`). Raises :class:`UnwritableStateFile` (one
+    line) when it cannot; the old file is then untouched."""
     path = Path(path)
     text = json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False) + "\n"
-    tmp = None
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        atomic_write_text(path, text)
+    except OSError as exc:
+        raise UnwritableStateFile(path, f"could not save your {what} to {path} ({_reason(exc)})") from None
+
+
+def atomic_write_text(path: Path | str, text: str) -> Path:
+    """``path.write_text(text)``, all or nothing: a unique temporary file in the same folder (two writers never
+    share a name), flushed and fsynced, then ``os.replace`` onto ``path`` and the folder fsynced. An ``OSError``
+    (a read-only folder, a full disk) leaves ``path`` as it was and no temporary file behind. For any learner file
+    that is not JSON state: an executed notebook, a mock round's transcript, a coding drill's blank page."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() gives, not mkstemp's 0600
         os.replace(tmp, path)
-        tmp = None
-        _fsync_folder(path.parent)
-    except OSError as exc:
-        raise UnwritableStateFile(path, f"could not save your {what} to {path} ({_reason(exc)})") from None
-    finally:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_folder(path.parent)
+    return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -156,5 +176,41 @@ def update_json(path: Path | str, change: Callable[[Any], Any], what: str = "dat
     return new
 
 
-__all__ = ["StateFileError", "UnreadableStateFile", "UnwritableStateFile", "lock_path", "locked", "read_json",
-           "update_json", "write_json"]
+def check_writable(path: Path | str, what: str = "file") -> Path:
+    """``path`` if a file can be written there; else a ``ValueError`` of one sentence saying why (it is a folder,
+    a file stands where one of its folders should be, the folder is read-only). Asked before a run or a session
+    starts, so that a bad path costs one sentence up front rather than the work at the end. Creates the missing
+    folders, and a test file that it removes."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        raise ValueError(f"the {what} path {path} is a folder; give a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".probe", dir=path.parent)
+        os.close(fd)
+        os.unlink(name)
+    except (FileExistsError, NotADirectoryError):
+        raise ValueError(f"cannot write the {what} {path}: a file stands where a folder of that path should be") \
+            from None
+    except OSError as exc:
+        raise ValueError(f"cannot write the {what} {path}: {_reason(exc)}") from None
+    return path
+
+
+def keep_elsewhere(text: str, stem: str) -> Path | None:
+    """When the real file cannot be written: ``text`` in a new file of the temporary folder
+    (``minigrpo-STEM-YYYYmmdd-HHMMSS-*.md``), whose path the caller names to the learner; None when even that
+    fails (the caller then prints the text back)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"minigrpo-{stem}-{time.strftime('%Y%m%d-%H%M%S')}-", suffix=".md")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        return Path(name)
+    except OSError:
+        return None
+
+
+__all__ = ["StateFileError", "UnreadableStateFile", "UnwritableStateFile", "atomic_write_text", "check_writable",
+           "keep_elsewhere", "lock_path", "locked", "read_json", "update_json", "write_json"]

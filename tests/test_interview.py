@@ -63,14 +63,45 @@ def test_unknown_ids_topics_and_seeds_are_clear_errors():
         for_seed("009.Q1")
 
 
+#: lesson sections that issue 24 asked the lesson editors to write, with these exact titles, and that bank entries
+#: already point at. Until a section exists its entries are an expected failure; from then on the test holds them
+#: to exactly one cell like every other entry (delete the line then: a pending section that exists fails below).
+PENDING_SECTIONS = {
+    ("notebooks/04_ppo.ipynb", "Dual-clip PPO"),
+    ("notebooks/06_grpo_llm.ipynb", "GSPO: one ratio per sequence"),
+    ("notebooks/06_grpo_llm.ipynb", "Which KL, in which direction"),
+    ("notebooks/06_grpo_llm.ipynb", "Truncated completions"),
+    ("notebooks/06_grpo_llm.ipynb", "Left padding and position_ids"),
+    ("notebooks/07_debugging_grpo.ipynb", "Why bf16 log-probs differ"),
+    ("notebooks/12_grpo_pretrained_model.ipynb", "LoRA pitfalls in RL"),
+    ("notebooks/12_grpo_pretrained_model.ipynb", "Reward hacking on a real model"),
+    ("notebooks/12_grpo_pretrained_model.ipynb", "Leaving one process"),
+}
+
+
+def _cells_with(notebook: str, fragment: str) -> list[int]:
+    nb = nbformat.read(ROOT / notebook, as_version=4)
+    return [i for i, c in enumerate(nb.cells) if fragment in c.source]
+
+
 @pytest.mark.parametrize("q", QUESTIONS, ids=lambda q: q.id)
 def test_every_entry_points_at_exactly_one_lesson_cell(q):
     path = ROOT / q.demo.notebook
     assert path.exists(), f"{q.id}: {q.demo.notebook} does not exist"
-    nb = nbformat.read(path, as_version=4)
-    hits = [i for i, c in enumerate(nb.cells) if q.demo.fragment in c.source]
+    hits = _cells_with(q.demo.notebook, q.demo.fragment)
+    if not hits and (q.demo.notebook, q.demo.fragment) in PENDING_SECTIONS:
+        pytest.xfail(f"{q.id}: the section {q.demo.fragment!r} of {q.demo.notebook} is not written yet")
     assert len(hits) == 1, f"{q.id}: {len(hits)} cells of {q.demo.notebook} contain {q.demo.fragment!r}"
     assert q.demo.lesson == path.name[:2]
+
+
+def test_pending_sections_are_pending_and_pointed_at():
+    """Each pending section is named by a bank entry, and is still missing from its lesson (once written, its line
+    goes: the entry is then checked like the others)."""
+    pointed = {(q.demo.notebook, q.demo.fragment) for q in QUESTIONS}
+    for notebook, title in sorted(PENDING_SECTIONS):
+        assert (notebook, title) in pointed, f"no bank entry points at {title!r} in {notebook}"
+        assert not _cells_with(notebook, title), f"{notebook} now has {title!r}: remove it from PENDING_SECTIONS"
 
 
 def test_provisional_entries_point_elsewhere_than_their_planned_lesson():
@@ -121,7 +152,7 @@ def test_progress_persists_and_a_corrupt_file_is_a_clear_error(tmp_path):
     assert again.card("gae").box == 2 and again.card("gae").due == T0 + timedelta(days=1) + WAITS[2]
     assert [h["rating"] for h in again.card("gae").history] == [1, 2]
     path.write_text("{not json")
-    with pytest.raises(ValueError, match="cannot read interview progress"):
+    with pytest.raises(ValueError, match="is not valid JSON .*; fix it or move it away"):
         Progress(path)
 
 
@@ -201,7 +232,7 @@ def test_a_corrupt_progress_file_is_reported_not_overwritten(capsys, tmp_path):
     pf = tmp_path / "p.json"
     pf.write_text("[]")
     rc, _, err = _cli(capsys, "--stats", "--progress-file", str(pf))
-    assert rc == 2 and "cannot read interview progress" in err and pf.read_text() == "[]"
+    assert rc == 2 and "does not hold interview attempts in the expected format" in err and pf.read_text() == "[]"
 
 
 def test_interactive_session_in_a_subprocess_uses_the_env_progress_file(tmp_path):
@@ -298,10 +329,11 @@ def test_the_practice_notebook_shows_every_topic():
 
 
 def test_the_practice_notebook_reads_without_a_kernel_and_its_outputs_are_current():
-    """Every practice cell's committed output is plain HTML with the answers folded in <details> (no
-    widget-only output), and the deterministic ones equal what the current code renders."""
-    from minigrpo_course.interview.notebook import card_html, code_drills_html, drill_html, flaws_html, mocks_html
+    """Every practice cell's committed output is plain HTML (no widget-only output): whole cards with the answers
+    folded where one card is shown, indexes that link to the bank where a whole topic is, and the deterministic
+    ones equal what the current code renders."""
     from minigrpo_course.interview.drills import DRILLS
+    from minigrpo_course.interview.notebook import code_drills_html, drill_html, flaws_html, mocks_html, topic_index_html
 
     nb = nbformat.read(ROOT / "notebooks" / "11_interview_practice.ipynb", as_version=4)
     html_of = {}
@@ -309,11 +341,60 @@ def test_the_practice_notebook_reads_without_a_kernel_and_its_outputs_are_curren
         if c.cell_type == "code" and c.outputs:
             html = "".join(o.get("data", {}).get("text/html", "") for o in c.outputs)
             html_of[c.source] = html
-    for src in ("random_question();", "flashcards()", "show_flaws()", "show_drills()", "show_code_drills()",
-                "show_mocks()"):
+    for src in ("random_question();", "flashcards()", "show_flaws()", "show_drills()"):
         assert "<details>" in html_of[src], f"{src}: no folded HTML answer in the committed output"
     assert html_of["show_flaws()"] == flaws_html() and html_of["show_code_drills()"] == code_drills_html()
     assert html_of["show_mocks()"] == mocks_html() and html_of["show_drills()"] == "".join(drill_html(d) for d in DRILLS)
     for topic in TOPICS:
-        assert html_of[f'show_topic("{topic}")'] == "".join(card_html(q) for q in by_topic(topic)), \
-            f"re-run notebook 11 (minigrpo run 11 --in-place): the {topic} cards changed"
+        assert html_of[f'show_topic("{topic}")'] == topic_index_html(topic), \
+            f"re-run notebook 11 (minigrpo run 11 --in-place): the {topic} index changed"
+
+
+def test_the_practice_notebook_is_lean_and_its_links_resolve():
+    """The committed outputs are an index of the bank, not a copy of it (they were 198 kB of HTML, the whole bank
+    with every answer): under 80 kB, and every link of a topic index names a bank file and a '## id' in it."""
+    import re
+
+    from minigrpo_course.interview.notebook import topic_index_html
+
+    nb = nbformat.read(ROOT / "notebooks" / "11_interview_practice.ipynb", as_version=4)
+    size = sum(len(json.dumps(c.get("outputs", []))) for c in nb.cells if c.cell_type == "code")
+    assert size < 80_000, f"lesson 11's outputs are {size} bytes"
+    answers = sum(len(q.answer) for q in QUESTIONS)
+    assert size < answers, "the outputs hold less text than the bank's model answers alone"
+    for topic in TOPICS:
+        links = re.findall(r'href="([^"#]+)(?:#([^"]+))?"', topic_index_html(topic))
+        assert len([a for _, a in links if a]) == len(by_topic(topic))
+        for href, anchor in links:
+            path = (ROOT / "notebooks" / href).resolve()
+            assert path.is_file(), href
+            if anchor:
+                assert f"\n## {anchor}\n" in path.read_text(encoding="utf-8"), f"{href}#{anchor}"
+
+
+NEW_TOPICS = ["dual-clip-ppo", "gspo", "kl-direction", "truncated-completions", "verifier-hacking", "multi-gpu-grpo",
+              "bf16-logprobs", "lora-pitfalls", "left-padding"]
+
+
+def test_the_newer_interview_topics_come_up_in_spaced_review(tmp_path):
+    """Issue 24's topics are ordinary bank entries: a learner who has practised everything else gets them next,
+    multi-GPU GRPO and the KL's direction included, each with a checklist, a model answer and follow-ups."""
+    for qid in NEW_TOPICS:
+        q = get(qid)
+        assert len(q.checklist) >= 5 and len(q.answer) > 800 and len(q.followups) >= 2, qid
+    progress = Progress(tmp_path / "p.json")
+    for q in QUESTIONS:
+        if q.id not in NEW_TOPICS:
+            progress.record(q.id, 3, now=T0)
+    order = [q.id for q in progress.review_order(now=T0 + timedelta(hours=1))]
+    assert order[:len(NEW_TOPICS)] == [q.id for q in QUESTIONS if q.id in NEW_TOPICS]
+    grpo = [q.id for q in progress.review_order(by_topic("grpo"), now=T0 + timedelta(hours=1))]
+    assert grpo[:5] == ["gspo", "kl-direction", "truncated-completions", "verifier-hacking", "multi-gpu-grpo"]
+
+
+def test_the_kl_direction_answer_says_which_is_which():
+    """The precise statement: the value estimates KL(π‖π_ref), the expected gradient is that of KL(π_ref‖π)."""
+    q = get("kl-direction")
+    text = " ".join(q.checklist) + q.answer
+    assert "E_π_θ[k3] = KL(π_θ ‖ π_ref)" in text and "∇KL(π_ref ‖ π_θ)" in text
+    assert "mode-seeking" in text and "mass-covering" in text

@@ -27,7 +27,7 @@ def answer(text: str) -> str:
 
 
 # The debugging round, scripted: clarify (3 of 6 asked); part 1 strong (follow-up chain: y, then n
-# stops it); part 2 weak (two probes); part 3 strong (one point missed); five follow-up questions.
+# stops it); part 2 weak (two probes); part 3 strong (one point missed); seven follow-up questions.
 DEBUGGING = (
     answer("is the reward outcome or process?\nhow many steps per batch?"), "1 2 3\n",
     answer("sample prompts, G completions, group advantages, clipped loss, step"), "all\n",
@@ -39,7 +39,7 @@ DEBUGGING = (
     answer("same weights, inputs, numerics; minibatches; engines; transforms"), "1-6\n",
     answer("exactly 1 before the first step, spread after"), "y\n",
     answer("down on every token"), "y\n",
-    *[answer(f"follow-up answer {i}") + "all\n" for i in range(5)],
+    *[answer(f"follow-up answer {i}") + "all\n" for i in range(7)],
 )
 
 
@@ -60,7 +60,7 @@ def test_every_question_set_has_one_round_in_the_interviewers_order():
     dbg = mocks["debugging"]
     assert [p.question.id for p in dbg.parts] == ["grpo-step", "three-bugs", "ratio-not-one"]
     assert [q.id for q in dbg.followups] == ["ppo-clip", "all-equal-group", "truncated-is", "outcome-vs-process",
-                                             "kl-placement"]
+                                             "kl-placement", "bf16-logprobs", "left-padding"]
     assert dbg.clarify_question is get("clarifying-questions")
     assert get_mock("001") is not None and get_mock("Debugging a GRPO loop").slug == "debugging"
 
@@ -89,18 +89,17 @@ def test_a_scripted_round_branches_times_and_writes_its_transcript(tmp_path):
     assert text.count("✓ made the point") == 4 and text.count("✗ missed the point") == 2
     assert "## Follow-up questions" in text and all(f"(`{qid}`)" in text for qid in ("ppo-clip", "kl-placement"))
     summary = text.split("## Summary")[1]
-    assert summary.count("\n| ") == 1 + 9  # header row + clarify, 3 parts, 5 follow-ups
+    assert summary.count("\n| ") == 1 + 11  # header row + clarify, 3 parts, 7 follow-ups
     assert "| Clarifying questions | 3/6 | 5:00 of 4:00 | – |" in summary
-    covered = 3 + 8 + 1 + 6 + sum(len(get(q).checklist) for q in ("ppo-clip", "all-equal-group", "truncated-is",
-                                                                    "outcome-vs-process", "kl-placement"))
-    items = 6 + 8 + 5 + 7 + sum(len(get(q).checklist) for q in ("ppo-clip", "all-equal-group", "truncated-is",
-                                                                "outcome-vs-process", "kl-placement"))
+    rapid = ("ppo-clip", "all-equal-group", "truncated-is", "outcome-vs-process", "kl-placement", "bf16-logprobs",
+             "left-padding")
+    covered = 3 + 8 + 1 + 6 + sum(len(get(q).checklist) for q in rapid)
+    items = 6 + 8 + 5 + 7 + sum(len(get(q).checklist) for q in rapid)
     assert f"**Score: {covered}/{items} points" in summary and "Revisit: Part 2" in summary
     assert "<details><summary>Model answer</summary>" in text and f"\n> the mask drops the EOS\n" in text
     # every scored answer went into the spaced-review progress
     saved = json.loads((tmp_path / "p.json").read_text())["questions"]
-    assert set(saved) == {"clarifying-questions", "grpo-step", "three-bugs", "ratio-not-one", "ppo-clip",
-                          "all-equal-group", "truncated-is", "outcome-vs-process", "kl-placement"}
+    assert set(saved) == {"clarifying-questions", "grpo-step", "three-bugs", "ratio-not-one", *rapid}
     assert saved["three-bugs"]["box"] == 0 and saved["grpo-step"]["box"] == 2
 
 
@@ -211,3 +210,13 @@ def test_a_broken_round_file_is_a_clear_error(edit, message):
     with pytest.raises(BankFormatError) as info:
         parse_mock(edit(GOOD), "x.md")
     assert message in str(info.value) and str(info.value).startswith("x.md: ")
+
+
+def test_the_newer_interview_topics_are_in_the_mock_rounds():
+    """Issue 24's topics are asked in the rounds, not only stored in the bank: multi-GPU GRPO and the KL's
+    direction in the GRPO round, precision and padding in the debugging round, dual-clip with PPO, verifier
+    hacking and GSPO in the PPO-vs-GRPO round."""
+    asked = {m.slug: {p.question.id for p in m.parts} | {q.id for q in m.followups} for m in load_mocks().values()}
+    assert {"kl-direction", "multi-gpu-grpo"} <= asked["grpo-in-depth"]
+    assert {"bf16-logprobs", "left-padding", "kl-placement"} <= asked["debugging"]
+    assert "dual-clip-ppo" in asked["pg-attention"] and {"verifier-hacking", "gspo"} <= asked["ppo-vs-grpo"]

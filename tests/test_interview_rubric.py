@@ -111,7 +111,7 @@ def test_format_1_files_are_migrated(tmp_path):
 def test_unreadable_progress_is_a_clear_error(tmp_path, content, message):
     path = tmp_path / "p.json"
     path.write_text(json.dumps(content))
-    with pytest.raises(ValueError, match="cannot read interview progress") as info:
+    with pytest.raises(ValueError, match="does not hold interview attempts in the expected format") as info:
         Progress(path)
     assert message in str(info.value)
 

@@ -250,25 +250,26 @@ def _topic_files():
                   key=lambda f: f.name)
 
 
-def load_bank() -> tuple[tuple[Question, ...], dict[str, str]]:
-    """Every question of every topic file, in file order; and the topic titles."""
+def load_bank() -> tuple[tuple[Question, ...], dict[str, str], dict[str, str]]:
+    """Every question of every topic file, in file order; the topic titles; and each topic's file name."""
     questions: list[Question] = []
     titles: dict[str, str] = {}
+    files: dict[str, str] = {}
     for f in _topic_files():
         topic, title, qs = parse_topic_file(f.read_text(encoding="utf-8"), f"{QUESTIONS_DIR}/{f.name}")
         if topic in titles:
             raise BankFormatError(f"{QUESTIONS_DIR}/{f.name}: topic {topic!r} is already defined by another file")
-        titles[topic] = title
+        titles[topic], files[topic] = title, f.name
         questions += qs
     seen: set[str] = set()
     for q in questions:
         if q.id in seen:
             raise BankFormatError(f"question id {q.id!r} appears twice in {QUESTIONS_DIR}/")
         seen.add(q.id)
-    return tuple(questions), titles
+    return tuple(questions), titles, files
 
 
-QUESTIONS, TOPIC_TITLES = load_bank()
+QUESTIONS, TOPIC_TITLES, TOPIC_FILES = load_bank()
 _BY_ID = {q.id: q for q in QUESTIONS}
 TOPICS: tuple[str, ...] = tuple(TOPIC_TITLES)
 
@@ -298,5 +299,5 @@ def for_seed(seed: str) -> list[Question]:
 
 
 __all__ = ["BankFormatError", "Demo", "FollowUp", "QUESTIONS", "Question", "SEED_FILES", "SEED_QUESTIONS",
-           "SEED_SETS", "TOPICS", "TOPIC_TITLES", "by_topic", "for_seed", "get", "load_bank", "parse_topic_file",
+           "SEED_SETS", "TOPICS", "TOPIC_FILES", "TOPIC_TITLES", "by_topic", "for_seed", "get", "load_bank", "parse_topic_file",
            "seed_label"]

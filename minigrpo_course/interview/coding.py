@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import TextIO
 
 from minigrpo_course.interview.bank import BankFormatError, _blocks, _front_matter, _split_headings
+from minigrpo_course.interview.terminal import readline
+from minigrpo_course.state import atomic_write_text, check_writable
 
 CODE_DIR = "questions"  #: ``code_*.md`` inside the package ``minigrpo_course.interview``
 _STARTED = re.compile(r"^# started: (\S+)$", re.M)
@@ -136,10 +138,12 @@ def blank_page(drill: CodeDrill, started: datetime) -> str:
 def start(drill: CodeDrill, path: Path | str | None = None, now: datetime | None = None) -> tuple[Path, bool]:
     """Create the blank page (never overwrites an existing file). Returns (path, created)."""
     path = Path(path).expanduser() if path else default_path(drill)
+    if path.is_dir():
+        raise ValueError(f"the drill file {path} is a folder; give a file name")
     if path.exists():
         return path, False
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(blank_page(drill, now or datetime.now()), encoding="utf-8")
+    check_writable(path, "drill file")
+    atomic_write_text(path, blank_page(drill, now or datetime.now()))
     return path, True
 
 
@@ -148,7 +152,10 @@ def load_function(path: Path, name: str):
     that does not run is a ValueError naming the file, the line and the error."""
     if not path.exists():
         raise ValueError(f"{path} does not exist: start the drill first (minigrpo interview --code NAME)")
-    source = path.read_text(encoding="utf-8")
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read {path} ({getattr(exc, 'strerror', None) or exc})") from None
     namespace: dict = {"__name__": "drill", "__file__": str(path)}
     try:
         exec(compile(source, str(path), "exec"), namespace)  # noqa: S102 - the learner's own file
@@ -334,7 +341,7 @@ def run_code_drill(drill: CodeDrill, path: Path | str | None, stdin: TextIO, std
         f"there in your editor. The clock started when the file was created.")
     while True:
         print("Press Enter to run the hidden tests (q to stop): ", end="", file=stdout, flush=True)
-        line = stdin.readline()
+        line = readline(stdin)
         if not line or line.strip().lower() in ("q", "quit"):
             say(f"\nstopped; your file stays at {path}")
             return 1

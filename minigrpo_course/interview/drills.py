@@ -406,7 +406,7 @@ class StopDrill(Exception):
 
 def run_drill(drill: Drill, stdin: TextIO, stdout: TextIO, tries: int = 2) -> tuple[int, int]:
     """Walk through the steps; returns (steps right at the first try, steps answered). 'q' stops."""
-    from minigrpo_course.interview.terminal import WIDTH, _wrap
+    from minigrpo_course.interview.terminal import WIDTH, _wrap, readline
 
     def say(text: str = "") -> None:
         print(text, file=stdout, flush=True)
@@ -423,7 +423,7 @@ def run_drill(drill: Drill, stdin: TextIO, stdout: TextIO, tries: int = 2) -> tu
         attempt = 0
         while attempt < tries:
             print("> ", end="", file=stdout, flush=True)
-            line = stdin.readline()
+            line = readline(stdin)
             if not line or line.strip().lower() in ("q", "quit"):
                 say(f"\nstopped: {first} of {answered} steps right at the first try")
                 return first, answered

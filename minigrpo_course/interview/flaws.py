@@ -61,7 +61,7 @@ def load_flaws() -> tuple[Flaw, ...]:
 
 def run_flaws(stdin: TextIO, stdout: TextIO, count: int | None = None, seed: int | None = None) -> tuple[int, int]:
     """Show the cards (all, or ``count`` random ones); returns (spotted, shown). 'q' stops."""
-    from minigrpo_course.interview.terminal import WIDTH, _read_answer, _wrap
+    from minigrpo_course.interview.terminal import WIDTH, _read_answer, _wrap, readline
 
     cards = list(load_flaws())
     if count is not None:
@@ -81,7 +81,7 @@ def run_flaws(stdin: TextIO, stdout: TextIO, count: int | None = None, seed: int
         say("\nCorrection:\n" + _wrap(card.correction) + f"\n\n  more: minigrpo interview --show {card.see}\n")
         while True:
             print("Did you spot it? (y/n; q to stop): ", end="", file=stdout, flush=True)
-            line = stdin.readline()
+            line = readline(stdin)
             reply = line.strip().lower()
             if not line or reply in ("q", "quit"):
                 say(f"\n{spotted} of {shown} flaws spotted")

@@ -32,7 +32,9 @@ from minigrpo_course.interview.bank import (BankFormatError, Question, _blocks, 
                                             get)
 from minigrpo_course.interview.schedule import Progress, rating_from_checklist
 from minigrpo_course.interview.seeds import SeedSet, seed_set
-from minigrpo_course.interview.terminal import WIDTH, _read_answer, _wrap, clock_text, format_checklist, parse_covered
+from minigrpo_course.interview.terminal import (WIDTH, Terminated, _read_answer, _wrap, clock_text, format_checklist,
+                                                parse_covered, readline, say_safely)
+from minigrpo_course.state import StateFileError, atomic_write_text, keep_elsewhere
 
 #: the rounds are ``mock_*.md`` files next to the topic files (inside the package ``minigrpo_course.interview``)
 MOCKS_DIR = "questions"
@@ -167,17 +169,56 @@ def _quote(text: str) -> str:
 
 @dataclass
 class Transcript:
-    """The round as Markdown, written as it happens."""
+    """The round as Markdown, saved as it happens: after every section and every typed line (an atomic rewrite
+    of a small file), so a closed terminal, SIGTERM or ``kill -9`` loses nothing that was typed."""
 
     lines: list[str] = field(default_factory=list)
+    path: Path | None = None  #: where it is saved (None: kept in memory only)
+    #: the lines of the answer being typed, shown at the end until the answer is complete
+    pending: list[str] = field(default_factory=list)
+    asking: str = ""  #: what the answer being typed replies to (shown above it)
+    warn: Callable[[str], None] = say_safely
 
-    def add(self, *blocks: str) -> None:
+    def add(self, *blocks: str, answered: bool = False) -> None:
+        """Append blocks; ``answered``: they hold the answer typed last, so it is no longer pending."""
         for b in blocks:
             self.lines.append(b)
             self.lines.append("")
+        if answered:
+            self.pending = []
+        self.save()
+
+    def typed(self, line: str) -> None:
+        """A line of the answer being typed."""
+        self.pending.append(line)
+        self.save()
+
+    def _pending_blocks(self) -> list[str]:
+        if not self.pending:
+            return []
+        return [self.asking, "**You (still typing when the round ended):**", _quote("\n".join(self.pending))]
+
+    def end(self, note: str) -> None:
+        """The round ends early: the answer being typed, if any, then ``note``."""
+        self.add(*self._pending_blocks(), note, answered=True)
 
     def text(self) -> str:
-        return "\n".join(self.lines).rstrip() + "\n"
+        lines = list(self.lines)
+        for b in self._pending_blocks():
+            lines += [b, ""]
+        return "\n".join(lines).rstrip() + "\n"
+
+    def save(self) -> None:
+        if self.path is None:
+            return
+        try:
+            atomic_write_text(self.path, self.text())
+        except OSError as exc:
+            kept = keep_elsewhere(self.text(), "mock-transcript")
+            self.warn(f"minigrpo interview: could not write the transcript to {self.path} "
+                      f"({exc.strerror or exc}); " + (f"writing it to {kept} instead" if kept else
+                                                       "it is kept in memory and printed at the end"))
+            self.path = kept
 
 
 @dataclass
@@ -197,27 +238,44 @@ class Stop(Exception):
 
 class MockRound:
     def __init__(self, mock: Mock, progress: Progress, stdin: TextIO, stdout: TextIO,
-                 clock: Callable[[], float] = time.monotonic, record: bool = True):
+                 clock: Callable[[], float] = time.monotonic, record: bool = True, transcript: Path | None = None):
         self.mock, self.progress, self.stdin, self.stdout, self.clock = mock, progress, stdin, stdout, clock
         self.record = record
-        self.transcript = Transcript()
+        self.transcript = Transcript(path=transcript)
         self.scores: list[PartScore] = []
         self.stopped = False
+        #: why the spaced-review progress could not be saved (None: saved, or not recorded)
+        self.save_failed: str | None = None
 
     # ---- terminal helpers
 
     def say(self, text: str = "") -> None:
         print(text, file=self.stdout, flush=True)
 
-    def answer(self) -> str:
-        text = _read_answer(self.stdin, self.stdout)
+    def answer(self, asking: str) -> str:
+        self.transcript.pending, self.transcript.asking = [], asking
+        text = _read_answer(self.stdin, self.stdout, on_line=self.transcript.typed)
         if text is None:
             raise Stop
         return text
 
+    def save_progress(self, q: Question, covered: list[int]) -> None:
+        """Record a scored answer for spaced review; if the progress file cannot be written, say so once (the
+        answers stay in the transcript) and go on without recording."""
+        if not self.record:
+            return
+        self.progress.record_checklist(q.id, covered)
+        try:
+            self.progress.save()
+        except StateFileError as exc:
+            self.record = False
+            self.save_failed = str(exc)
+            self.transcript.warn(f"minigrpo interview: {exc}; the round goes on, and your answers are kept in the "
+                                 "transcript")
+
     def ask_line(self, prompt: str) -> str:
         print(prompt, end="", file=self.stdout, flush=True)
-        line = self.stdin.readline()
+        line = readline(self.stdin)
         if not line or line.strip().lower() in ("q", "quit"):
             raise Stop
         return line
@@ -237,10 +295,10 @@ class MockRound:
                 return line.startswith("y")
             self.say("type y or n (or q to stop the round)")
 
-    def timed_answer(self, minutes: float) -> tuple[str, float]:
+    def timed_answer(self, minutes: float, asking: str) -> tuple[str, float]:
         self.say(f"[timer: {clock_text(minutes * 60)} for this]")
         start = self.clock()
-        text = self.answer()
+        text = self.answer(asking)
         seconds = self.clock() - start
         over = seconds - minutes * 60
         note = f"took {clock_text(seconds)} of {clock_text(minutes * 60)}"
@@ -271,23 +329,23 @@ class MockRound:
         except Stop:
             self.stopped = True
             self.say("\nRound stopped; what you did so far is scored and saved.")
-            self.transcript.add("*The round was stopped here.*")
+            self.transcript.end("*The round was stopped here.*")
         self.summary()
 
     def clarify(self) -> None:
         m = self.mock
         self.say("-" * WIDTH + "\nBefore you answer: what would you ask the interviewer? (one question per line)")
-        asked, seconds = self.timed_answer(m.clarify_minutes)
+        asked, seconds = self.timed_answer(m.clarify_minutes, "## Clarifying questions\n\n**Interviewer:** What would you "
+                                                                 "ask me before you answer?")
         self.transcript.add(f"## Clarifying questions ({clock_text(seconds)} of {clock_text(m.clarify_minutes * 60)})",
-                            "**You asked:**", _quote(asked))
+                            "**You asked:**", _quote(asked), answered=True)
         self.say("\nWhat a strong candidate asks, and the interviewer's replies:")
         for i, item in enumerate(m.clarify, 1):
             self.say(textwrap.fill(f"{item.ask} → {item.reply}", WIDTH, initial_indent=f"  {i:>2}. ",
                                    subsequent_indent="      "))
         covered = self.ticks(len(m.clarify))
-        if self.record and m.clarify_question is not None:
-            self.progress.record_checklist(m.clarify_question.id, covered)
-            self.progress.save()
+        if m.clarify_question is not None:
+            self.save_progress(m.clarify_question, covered)
         self.scores.append(PartScore("Clarifying questions", len(covered), len(m.clarify), seconds,
                                      m.clarify_minutes * 60))
         items = "\n".join(f"- [{'x' if i in covered else ' '}] {c.ask} *Interviewer:* {c.reply}"
@@ -296,14 +354,12 @@ class MockRound:
 
     def _scored(self, q: Question, prompt: str, minutes: float, heading: str) -> tuple[list[int], PartScore]:
         self.say(_wrap(prompt) + "\n")
-        text, seconds = self.timed_answer(minutes)
+        text, seconds = self.timed_answer(minutes, f"{heading}\n\n**Interviewer:** {prompt}")
         self.transcript.add(f"{heading} ({clock_text(seconds)} of {clock_text(minutes * 60)})",
-                            f"**Interviewer:** {prompt}", "**You:**", _quote(text))
+                            f"**Interviewer:** {prompt}", "**You:**", _quote(text), answered=True)
         self.say("\nA strong answer covers:\n" + format_checklist(q) + "\n")
         covered = self.ticks(len(q.checklist))
-        if self.record:
-            self.progress.record_checklist(q.id, covered)
-            self.progress.save()
+        self.save_progress(q, covered)
         missed = [i for i in range(len(q.checklist)) if i not in covered]
         self.say(f"covered {len(covered)}/{len(q.checklist)} points")
         items = "\n".join(f"- [{'x' if i in covered else ' '}] {item}" for i, item in enumerate(q.checklist))
@@ -333,8 +389,8 @@ class MockRound:
 
     def followup(self, question: str, expected: str, score: PartScore) -> bool:
         self.say("\nInterviewer: " + textwrap.fill(question, WIDTH, subsequent_indent="  ") + "\n")
-        text = self.answer()
-        self.transcript.add(f"**Interviewer:** {question}", "**You:**", _quote(text))
+        text = self.answer(f"**Interviewer:** {question}")
+        self.transcript.add(f"**Interviewer:** {question}", "**You:**", _quote(text), answered=True)
         self.say("What a good reply says:\n" + _wrap(expected) + "\n")
         made = self.yes_no()
         score.followups_asked += 1
@@ -384,17 +440,27 @@ def default_transcript_path(mock: Mock, when: datetime | None = None) -> Path:
 
 def run_mock(mock: Mock, progress: Progress, stdin: TextIO, stdout: TextIO, transcript: Path | str | None = None,
              clock: Callable[[], float] = time.monotonic, record: bool = True) -> tuple[MockRound, Path]:
-    """Run one round; the transcript is written even if the round is stopped or interrupted.
+    """Run one round. The transcript is saved as the round goes (every typed line), and once more at the end
+    with the summary, even if the round is stopped (q), interrupted (Ctrl-C) or ended by SIGHUP/SIGTERM
+    (:class:`~minigrpo_course.interview.terminal.Terminated`, re-raised after the save).
     Returns the round (scores, transcript) and where the transcript went."""
     path = Path(transcript).expanduser() if transcript else default_transcript_path(mock)
-    r = MockRound(mock, progress, stdin, stdout, clock, record)
+    r = MockRound(mock, progress, stdin, stdout, clock, record, transcript=path)
     try:
         r.run()
+    except Terminated as t:
+        r.transcript.end(f"*The round ended here: {t.why} ({t.name}).*")
+        raise
+    except KeyboardInterrupt:
+        r.transcript.end("*The round was interrupted here (Ctrl-C).*")
+        raise
     finally:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(r.transcript.text(), encoding="utf-8")
-        print(f"transcript: {path}", file=stdout, flush=True)
-    return r, path
+        r.transcript.save()
+        if r.transcript.path is None:  # even the temporary folder refused it: print it, it is all there is
+            say_safely(r.transcript.text(), stdout)
+        else:
+            say_safely(f"transcript: {r.transcript.path}", stdout)
+    return r, r.transcript.path or path
 
 
 def list_mocks(stdout: TextIO) -> None:

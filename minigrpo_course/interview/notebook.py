@@ -2,17 +2,25 @@
 answer and follow-ups stay folded until you open them (plain HTML ``<details>``, which static viewers
 such as GitHub render too), a random-question cell, the "spot the flaw" cards, the derivation and
 coding drills with their answers folded, the mock rounds, and flash cards with buttons (ipywidgets;
-they fall back to a static card where no kernel runs)."""
+they fall back to a static card where no kernel runs).
+
+Lesson 11's committed outputs stay lean: the topics, coding drills and mock rounds are shown as indexes that
+link to the bank's Markdown files (which render the checklists, model answers and follow-ups on GitHub), not
+as a copy of the whole bank; ``show_topic(topic, answers=True)`` unfolds the cards in a running notebook."""
 
 from __future__ import annotations
 
 import html
 import random
+from importlib import resources
 
-from minigrpo_course.interview.bank import QUESTIONS, SEED_QUESTIONS, Question, by_topic, for_seed
+from minigrpo_course.interview.bank import (QUESTIONS, QUESTIONS_DIR, SEED_QUESTIONS, TOPIC_FILES, TOPIC_TITLES,
+                                            Question, by_topic, for_seed)
 from minigrpo_course.interview.seeds import SEED_SETS, seed_label
 
 _STYLE = "border:1px solid #ccc;border-radius:6px;padding:8px 12px;margin:8px 0"
+#: the bank's folder as the lesson notebooks (in notebooks/) link to it
+BANK = f"../minigrpo_course/interview/{QUESTIONS_DIR}/"
 
 
 def _text_html(text: str) -> str:
@@ -70,9 +78,28 @@ def _display_html(markup: str) -> None:
     display(HTML(markup))
 
 
-def show_topic(topic: str) -> None:
-    """Every question of a topic as a card, answers folded."""
-    _display_html("".join(card_html(q) for q in by_topic(topic)))
+def _link(href: str, text: str) -> str:
+    return f'<a href="{html.escape(href)}">{html.escape(text)}</a>'
+
+
+def topic_index_html(topic: str) -> str:
+    """A topic's questions, each linked to its entry in the bank file (checklist, model answer, follow-ups) and
+    to the lesson cell that shows it: what a reader needs to pick a question, without a copy of the answers."""
+    file = TOPIC_FILES[topic]
+    rows = []
+    for q in by_topic(topic):
+        where = f"lesson {q.demo.lesson}, “{html.escape(q.demo.fragment.lstrip('# '))}”"
+        rows.append(f"<li>{_link(BANK + file + '#' + q.id, q.id)}: {html.escape(q.question)} <i>({where})</i></li>")
+    count = f"{len(rows)} question{'s' if len(rows) != 1 else ''}"
+    return (f"<p>{count} on {html.escape(TOPIC_TITLES[topic])}; the checklist, model answer and "
+            f"follow-ups of each are in {_link(BANK + file, file)}. Answer first, then open the link (or "
+            f"<code>minigrpo interview --show ID</code>; <code>show_topic(\"{topic}\", answers=True)</code> unfolds "
+            f"them here).</p><ol>{''.join(rows)}</ol>")
+
+
+def show_topic(topic: str, answers: bool = False) -> None:
+    """A topic's questions: an index linking to the bank (default), or every card with its answers folded."""
+    _display_html("".join(card_html(q) for q in by_topic(topic)) if answers else topic_index_html(topic))
 
 
 def random_question(topic: str | None = None, seed: int | None = None) -> Question:
@@ -188,10 +215,19 @@ def show_drills() -> None:
     _display_html("".join(drill_html(name) for name in DRILLS))
 
 
-def code_drills_html() -> str:
-    """Each coding drill: the task, and the reference answer folded."""
-    from minigrpo_course.interview.coding import load_code_drills, task_lines
+def code_drills_html(reference: bool = False) -> str:
+    """Each coding drill: its title, time, command and the function to write, linked to its file (the task and
+    the reference answer); with ``reference``, the task and the reference answer (folded) are shown here."""
+    from minigrpo_course.interview.coding import load_code_drills, parse_code_drill, task_lines
 
+    folder = resources.files("minigrpo_course.interview").joinpath(QUESTIONS_DIR)
+    files = {parse_code_drill(f.read_text(encoding="utf-8"), f.name).id: f.name for f in folder.iterdir()
+             if f.name.startswith("code_") and f.name.endswith(".md")}
+    if not reference:
+        rows = "".join(f"<li><b>{html.escape(d.title)}</b> ({d.minutes:g} min): write <code>{html.escape(d.function)}"
+                       f"()</code>, <code>minigrpo interview --code {d.id}</code>; task and reference answer: "
+                       f"{_link(BANK + files[d.id], files[d.id])}</li>" for d in load_code_drills().values())
+        return f"<ol>{rows}</ol>"
     out = []
     for d in load_code_drills().values():
         out.append(f'<div style="{_STYLE}"><b>{html.escape(d.title)}</b> ({d.minutes:g} minutes) '
@@ -201,31 +237,38 @@ def code_drills_html() -> str:
     return "".join(out)
 
 
-def show_code_drills() -> None:
-    _display_html(code_drills_html())
+def show_code_drills(reference: bool = False) -> None:
+    _display_html(code_drills_html(reference))
 
 
-def mocks_html() -> str:
-    """Each mock round in the interviewer's order: the brief, the clarifying questions (replies folded),
-    the parts with their timers, and the follow-up questions."""
-    from minigrpo_course.interview.mock import load_mocks
+def mocks_html(full: bool = False) -> str:
+    """Each mock round: its parts with their timers and its follow-up questions, linked to its file (the brief and
+    the clarifying questions with the interviewer's replies); with ``full``, all of it here, replies folded."""
+    from minigrpo_course.interview.mock import _mock_files, load_mocks, parse_mock
 
+    files = {parse_mock(f.read_text(encoding="utf-8"), f.name).slug: f.name for f in _mock_files()}
     out = []
     for m in load_mocks().values():
-        clarify = "".join(f"<li>{html.escape(c.ask)}<details><summary>The interviewer's reply</summary>"
-                          f"<p>{html.escape(c.reply)}</p></details></li>" for c in m.clarify)
-        parts = "".join(f"<li>({p.minutes:g} min) {html.escape(p.prompt)} "
-                        f"<code>{html.escape(p.question.id)}</code></li>" for p in m.parts)
+        parts = "".join(f"<li>({p.minutes:g} min) <code>{html.escape(p.question.id)}</code>"
+                        + (f": {html.escape(p.prompt)}" if full else "") + "</li>" for p in m.parts)
         follow = ""
         if m.followups:
-            items = "".join(f"<li>{html.escape(q.question)} <code>{html.escape(q.id)}</code></li>" for q in m.followups)
-            follow = f"<p>Then follow-up questions, {m.followup_minutes:g} minutes each:</p><ol>{items}</ol>"
-        out.append(f'<div style="{_STYLE}"><b>{html.escape(m.title)}</b> (about {round(m.minutes)} minutes) '
-                   f"<code>minigrpo interview --mock {m.slug}</code>{_text_html(m.brief)}"
+            follow = (f"<p>Then follow-up questions, {m.followup_minutes:g} minutes each: "
+                      + ", ".join(f"<code>{html.escape(q.id)}</code>" for q in m.followups) + "</p>")
+        head = (f'<div style="{_STYLE}"><b>{html.escape(m.title)}</b> (about {round(m.minutes)} minutes) '
+                f"<code>minigrpo interview --mock {m.slug}</code>")
+        if not full:
+            out.append(f"{head}<p>The brief and the clarifying questions ({m.clarify_minutes:g} min), with the "
+                       f"interviewer's replies: {_link(BANK + files[m.slug], files[m.slug])}. The parts:</p>"
+                       f"<ol>{parts}</ol>{follow}</div>")
+            continue
+        clarify = "".join(f"<li>{html.escape(c.ask)}<details><summary>The interviewer's reply</summary>"
+                          f"<p>{html.escape(c.reply)}</p></details></li>" for c in m.clarify)
+        out.append(f"{head}{_text_html(m.brief)}"
                    f"<p>Clarifying questions a strong candidate asks ({m.clarify_minutes:g} min):</p><ol>{clarify}</ol>"
                    f"<p>The parts:</p><ol>{parts}</ol>{follow}</div>")
     return "".join(out)
 
 
-def show_mocks() -> None:
-    _display_html(mocks_html())
+def show_mocks(full: bool = False) -> None:
+    _display_html(mocks_html(full))

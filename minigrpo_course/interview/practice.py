@@ -14,6 +14,12 @@
 
 The items you miss decide when a question comes back (``schedule.py``); a 0–3 self-rating
 (``--rating``) is still accepted. Ctrl-C stops a session; every attempt recorded so far is saved.
+
+Nothing typed is lost: each attempt is saved as soon as it is scored (merged under a lock, so two terminals
+can practise at once); a mock round's transcript is saved line by line; a closed terminal (SIGHUP) or SIGTERM
+saves and ends with one line (exit status 129 / 143). Paths that cannot be written (``--progress-file``,
+``--transcript``, ``--file``) are refused before anything is asked (exit status 2); a save that fails later keeps
+the answer in a file in the temporary folder and names it (exit status 1).
 """
 
 from __future__ import annotations
@@ -22,11 +28,14 @@ import argparse
 import re
 import sys
 import textwrap
+from pathlib import Path
 from typing import TextIO
 
 from minigrpo_course.interview.bank import QUESTIONS, SEED_QUESTIONS, TOPICS, Question, by_topic, get
 from minigrpo_course.interview.schedule import PROGRESS_ENV_VAR, RATINGS, Progress, check_rating
-from minigrpo_course.interview.terminal import WIDTH, _read_answer, _wrap, format_checklist, parse_covered
+from minigrpo_course.interview.terminal import (WIDTH, Terminated, _read_answer, _wrap, format_checklist, parse_covered,
+                                                readline, say_safely, stop_on_hangup)
+from minigrpo_course.state import StateFileError, UnwritableStateFile, check_writable, keep_elsewhere
 
 #: exit status after Ctrl-C (128 + SIGINT), as shells report it
 INTERRUPTED = 130
@@ -66,7 +75,7 @@ def _read_covered(stdin: TextIO, stdout: TextIO, n_items: int) -> list[int] | No
     while True:
         print(f"Which points did your answer cover? (numbers like 1 3 4, all, none; q to stop): ", end="",
               file=stdout, flush=True)
-        line = stdin.readline()
+        line = readline(stdin)
         if not line or line.strip().lower() in ("q", "quit"):
             return None
         try:
@@ -79,7 +88,7 @@ def _read_rating(stdin: TextIO, stdout: TextIO) -> int | None:
     scale = ", ".join(f"{k} {v.split(':')[0]}" for k, v in RATINGS.items())
     while True:
         print(f"Rate your answer ({scale}; q to stop): ", end="", file=stdout, flush=True)
-        line = stdin.readline()
+        line = readline(stdin)
         if not line or line.strip().lower() in ("q", "quit"):
             return None
         try:
@@ -101,15 +110,35 @@ def _next_review(card) -> str:
     return f"box {card.box}, next review {card.due.astimezone().strftime('%Y-%m-%d %H:%M')}"
 
 
-def _record(progress: Progress, q: Question, rating: int, stdout: TextIO) -> None:
+class NotSaved(Exception):
+    """The progress file could not be written; the message (one sentence) says where the answer was kept."""
+
+
+def _save(progress: Progress, q: Question, answer: str | None, how: str) -> None:
+    """Save the attempt just recorded; if the file cannot be written, keep the answer and the command that
+    records it again in a file in the temporary folder, and raise :class:`NotSaved` naming it."""
+    try:
+        progress.save()
+    except StateFileError as exc:
+        again = f"minigrpo interview --id {q.id} {how}"
+        kept = keep_elsewhere(f"# {q.id}\n\n{q.question}\n\n## Your answer\n\n{answer or '(none typed)'}\n\n"
+                              f"## Record it again\n\n    {again}\n", "answer")
+        where = (f"your answer was kept in {kept}" if kept is not None
+                 else f"your answer was: {' / '.join((answer or '(none typed)').splitlines())}")
+        what = str(exc) if isinstance(exc, UnwritableStateFile) else f"your attempt was not saved: {exc}"
+        raise NotSaved(f"{what}; {where}; record it later with: {again}") from None
+
+
+def _record(progress: Progress, q: Question, rating: int, stdout: TextIO, answer: str | None = None) -> None:
     card = progress.record(q.id, rating)
-    progress.save()
+    _save(progress, q, answer, f"--rating {rating}")
     print(f"\nrated {rating} ({RATINGS[rating]}): {_next_review(card)}", file=stdout)
 
 
-def _record_checklist(progress: Progress, q: Question, covered: list[int], stdout: TextIO) -> None:
+def _record_checklist(progress: Progress, q: Question, covered: list[int], stdout: TextIO,
+                      answer: str | None = None) -> None:
     card = progress.record_checklist(q.id, covered)
-    progress.save()
+    _save(progress, q, answer, f"--covered {','.join(str(i + 1) for i in covered) or 'none'}")
     missed = [i for i in range(len(q.checklist)) if i not in covered]
     print(f"\ncovered {len(covered)}/{len(q.checklist)} points: {_next_review(card)}", file=stdout)
     if missed:
@@ -144,7 +173,7 @@ def session(progress: Progress, questions: list[Question], count: int, stdin: Te
         covered = _read_covered(stdin, stdout, len(q.checklist))
         if covered is None:
             break
-        _record_checklist(progress, q, covered, stdout)
+        _record_checklist(progress, q, covered, stdout, answer)
         done += 1
     print(f"\n{done} question(s) checked; progress saved in {progress.path}", file=stdout)
     return done
@@ -252,7 +281,42 @@ def _extra_modes(args: argparse.Namespace, stdin: TextIO, stdout: TextIO) -> int
     return None
 
 
+def _check_paths(args: argparse.Namespace, progress: Progress | None, records: bool) -> None:
+    """Refuse, before anything is asked, a path that cannot be written: the progress file (when this command
+    records), the transcript of a mock round, the file of a coding drill."""
+    transcript = getattr(args, "transcript", None)
+    if transcript and getattr(args, "mock", None):
+        check_writable(transcript, "transcript")
+    code_file = getattr(args, "file", None)
+    if code_file and getattr(args, "code", None) and not getattr(args, "solution", False):
+        path = Path(code_file).expanduser()
+        if path.is_dir():
+            raise ValueError(f"the drill file {path} is a folder; give a file name")
+        if not path.exists() and not getattr(args, "check", False):
+            check_writable(path, "drill file")
+    if records and progress is not None:
+        try:
+            check_writable(progress.path, "progress file")
+        except ValueError as exc:
+            raise ValueError(f"{exc}; nothing was recorded (choose another file with --progress-file or "
+                             f"${PROGRESS_ENV_VAR})") from None
+
+
+def _note_naive_times(progress: Progress) -> None:
+    if progress.naive_times:
+        n, first = len(progress.naive_times), progress.naive_times[0]
+        print(f"minigrpo interview: note: {progress.path} has {n} time(s) without a timezone (the first: {first}); "
+              "they were read as UTC and are written with +00:00 when progress is next saved", file=sys.stderr)
+
+
 def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | None = None) -> int:
+    """The ``minigrpo interview`` command. Exit status: 0 done; 1 a coding drill that fails, or an answer that
+    could not be saved (kept in a named file); 2 bad input (one line); 130 Ctrl-C; 129/143 SIGHUP/SIGTERM."""
+    with stop_on_hangup():
+        return _run(args, stdin, stdout)
+
+
+def _run(args: argparse.Namespace, stdin: TextIO | None, stdout: TextIO | None) -> int:
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     progress = None
     try:
@@ -273,11 +337,21 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
         rating = None if args.rating is None else parse_rating(args.rating)
         if args.count < 1:
             raise ValueError(f"--count must be at least 1, got {args.count}")
+        _check_paths(args, None, records=False)
         extra = _extra_modes(args, stdin, stdout)
         if extra is not None:
             return extra
         progress = Progress(args.progress_file)
+        _note_naive_times(progress)
         mock = getattr(args, "mock", None)
+        records = not (args.list or args.stats) and (mock is None or mock != "")
+        try:
+            _check_paths(args, progress, records)
+        except ValueError as exc:
+            kept = keep_elsewhere(f"## Your answer\n\n{args.answer}\n", "answer") if args.answer else None
+            if kept is None:
+                raise
+            raise ValueError(f"{exc}; your answer was kept in {kept}") from None
         if mock is not None:
             from minigrpo_course.interview.mock import get_mock, list_mocks, run_mock
 
@@ -285,8 +359,8 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
                 print("Mock interview rounds (minigrpo interview --mock SET):", file=stdout)
                 list_mocks(stdout)
                 return 0
-            run_mock(get_mock(mock), progress, stdin, stdout, transcript=getattr(args, "transcript", None))
-            return 0
+            r, _ = run_mock(get_mock(mock), progress, stdin, stdout, transcript=getattr(args, "transcript", None))
+            return 1 if r.save_failed else 0
         if args.list:
             list_questions(progress, questions, stdout)
         elif args.stats:
@@ -299,22 +373,44 @@ def run(args: argparse.Namespace, stdin: TextIO | None = None, stdout: TextIO | 
                 print("\nYour answer:\n" + _wrap(args.answer), file=stdout)
             print("\n" + format_reveal(q), file=stdout)
             if covered is None:
-                _record(progress, q, rating, stdout)
+                _record(progress, q, rating, stdout, args.answer)
             else:
-                _record_checklist(progress, q, covered, stdout)
+                _record_checklist(progress, q, covered, stdout, args.answer)
         else:
             if args.id:
                 questions = [get(args.id)]
             session(progress, questions, args.count, stdin, stdout)
         return 0
+    except NotSaved as exc:
+        print(f"minigrpo interview: {exc}", file=sys.stderr)
+        return 1
     except ValueError as exc:
         print(f"minigrpo interview: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         # Each attempt is saved as soon as it is scored; saving again covers a Ctrl-C in between.
-        if progress is not None and progress.cards:
+        return _stopped(progress, "\nminigrpo interview: stopped", INTERRUPTED)
+    except Terminated as t:
+        return _stopped(progress, f"\nminigrpo interview: stopped by {t.name} ({t.why})", 128 + t.signum)
+
+
+def _stopped(progress: Progress | None, first: str, status: int) -> int:
+    """Save what is unsaved and say where it is, in one line that may have nowhere to go (a closed terminal)."""
+    if progress is not None and (progress.cards or progress.unsaved):
+        try:
             progress.save()
-            print(f"\nminigrpo interview: stopped; your progress is saved in {progress.path}", file=sys.stderr)
-        else:
-            print("\nminigrpo interview: stopped; nothing was rated, so there is nothing to save", file=sys.stderr)
-        return INTERRUPTED
+            say_safely(f"{first}; your progress is saved in {progress.path}")
+        except StateFileError as exc:
+            say_safely(f"{first}; {exc}")
+    else:
+        say_safely(f"{first}; nothing was rated, so there is nothing to save")
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError):  # the terminal is gone: let the exit not complain about it
+        import os
+
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+    return status

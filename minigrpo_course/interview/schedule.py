@@ -28,17 +28,18 @@ Progress lives in ``interview.json`` in the minigrpo home folder (``~/.minigrpo`
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from minigrpo_course.interview.bank import QUESTIONS, Question, get
+from minigrpo_course.state import StateFileError, read_json, update_json
 
 PROGRESS_ENV_VAR = "MINIGRPO_INTERVIEW_PROGRESS"
+#: what the progress file holds, as messages about it say ("could not save your interview attempts to ...")
+WHAT = "interview attempts"
 RATINGS = {0: "blank: could not answer", 1: "weak: missed key points", 2: "good: most points",
            3: "strong: every point, crisply"}
 WAITS = (timedelta(minutes=10), timedelta(days=1), timedelta(days=3), timedelta(days=7), timedelta(days=16),
@@ -133,42 +134,140 @@ def migrate(data: dict) -> dict:
     return {"version": FORMAT_VERSION, "questions": data["questions"]}
 
 
+def _time(value, field: str, naive: list[str]) -> datetime:
+    """An ISO time of the file; one without a timezone is read as UTC (and its field noted in ``naive``)."""
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be an ISO date and time such as 2025-01-31T09:00:00+00:00, got {value!r}")
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{field} must be an ISO date and time such as 2025-01-31T09:00:00+00:00, "
+                         f"got {value!r}") from None
+    if when.tzinfo is None:
+        naive.append(field)
+        when = when.replace(tzinfo=timezone.utc)
+    return when
+
+
+def _attempt(h, field: str, naive: list[str]) -> dict:
+    """One history item, checked; a time without a timezone comes back with +00:00."""
+    if not isinstance(h, dict):
+        raise ValueError(f"{field} must be an object with 'at' and 'rating', got {h!r}")
+    if "rating" not in h or "at" not in h:
+        raise ValueError(f"{field} lacks {'rating' if 'rating' not in h else 'at'}")
+    try:
+        check_rating(h["rating"])
+    except ValueError as exc:
+        raise ValueError(f"{field}.rating: {exc}") from None
+    when = _time(h["at"], f"{field}.at", naive)
+    if ("covered" in h) != ("missed" in h):
+        raise ValueError(f"{field} has {'covered' if 'covered' in h else 'missed'} without "
+                         f"{'missed' if 'covered' in h else 'covered'}")
+    for key in ("covered", "missed"):
+        if key in h and (not isinstance(h[key], list) or not all(isinstance(k, str) for k in h[key])):
+            raise ValueError(f"{field}.{key} must be a list of checklist-item keys (strings), got {h[key]!r}")
+    if naive and naive[-1] == f"{field}.at":
+        h = {**h, "at": when.isoformat()}
+    return h
+
+
+def parse_progress(raw) -> tuple[dict[str, Card], int | None, list[str]]:
+    """A progress file's JSON as cards: ``(cards, the older format version read or None, the fields whose times
+    had no timezone and were read as UTC)``. A ``ValueError`` names the field it cannot understand."""
+    data = migrate(raw)
+    version = raw.get("version", 1)
+    cards: dict[str, Card] = {}
+    naive: list[str] = []
+    for qid, c in data["questions"].items():
+        field = f"questions.{qid}"
+        if not isinstance(c, dict):
+            raise ValueError(f"{field} must be an object with 'box', 'due' and 'history', got {c!r}")
+        box = c.get("box")
+        if isinstance(box, bool) or not isinstance(box, int) or not 0 <= box < len(WAITS):
+            raise ValueError(f"{field}.box must be an integer from 0 to {len(WAITS) - 1}, got {box!r}")
+        history = c.get("history", [])
+        if not isinstance(history, list):
+            raise ValueError(f"{field}.history must be a list of attempts, got {history!r}")
+        history = [_attempt(h, f"{field}.history[{i}]", naive) for i, h in enumerate(history)]
+        due = _time(c["due"], f"{field}.due", naive) if c.get("due") is not None else None
+        cards[qid] = Card(box, due, history)
+    return cards, (version if version != FORMAT_VERSION else None), naive
+
+
+def _when(h: dict) -> datetime:
+    when = datetime.fromisoformat(h["at"])
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def merge_card(base: Card | None, disk: Card | None, mine: list[dict]) -> Card:
+    """A question's card after this process's new attempts ``mine`` are added to what is on disk now.
+
+    ``base`` is the card as this process read it. When the file still holds that history (plus attempts another
+    process recorded since), every attempt after it is replayed in time order from ``base``'s box; when the file
+    was changed in another way (edited, reset), this process's attempts are replayed on top of it."""
+    base, disk = base or Card(), disk or Card()
+    if disk.history[:len(base.history)] == base.history:
+        box, head, later = base.box, base.history, disk.history[len(base.history):] + mine
+    else:
+        box, head, later = disk.box, disk.history, list(mine)
+    later = sorted(later, key=_when)
+    for h in later:
+        box = next_box(box, h["rating"])
+    if not later:
+        return disk
+    return Card(box, _when(later[-1]) + WAITS[box], head + later)
+
+
 class Progress:
-    """The learner's review state for every question, read from and written to one JSON file."""
+    """The learner's review state for every question, read from and written to one JSON file.
+
+    :meth:`save` merges under a lock (:mod:`minigrpo_course.state`): the attempts recorded here since the last
+    save are added to what is in the file now, so two terminals practising at once both keep their attempts."""
 
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path).expanduser() if path is not None else default_progress_path()
         self.cards: dict[str, Card] = {}
         self.migrated_from: int | None = None  #: the format version read, when older than FORMAT_VERSION
+        #: fields of the file whose times had no timezone (read as UTC; written with +00:00 at the next save)
+        self.naive_times: list[str] = []
+        self._base: dict[str, Card] = {}  #: the cards as last read or saved
+        self._new: dict[str, list[dict]] = {}  #: attempts recorded since then, by question
         if self.path.exists():
-            self._read()
+            self.cards, self.migrated_from, self.naive_times = self._read()
+            self._base = dict(self.cards)
 
-    def _read(self) -> None:
+    def _read(self) -> tuple[dict[str, Card], int | None, list[str]]:
         try:
-            raw = json.loads(self.path.read_text(encoding="utf-8"))
-            data = migrate(raw)
-            if raw.get("version", 1) != FORMAT_VERSION:
-                self.migrated_from = raw.get("version", 1)
-            for qid, c in data["questions"].items():
-                due = datetime.fromisoformat(c["due"]) if c.get("due") else None
-                history = list(c.get("history", []))
-                for h in history:
-                    check_rating(h["rating"])
-                self.cards[qid] = Card(int(c["box"]), due, history)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ValueError(f"cannot read interview progress from {self.path} ({exc}); fix or delete the file, "
-                             f"or choose another with --progress-file") from None
+            raw = read_json(self.path, WHAT, default=lambda: None, check=parse_progress)
+        except StateFileError as exc:
+            raise ValueError(f"{exc} (or choose another file with --progress-file)") from None
+        return ({}, None, []) if raw is None else parse_progress(raw)
+
+    @property
+    def unsaved(self) -> int:
+        """How many recorded attempts are not in the file yet."""
+        return sum(len(v) for v in self._new.values())
 
     def save(self) -> None:
-        """Write atomically (a crash mid-write leaves the old file intact)."""
-        data = {"version": FORMAT_VERSION, "questions": {
-            qid: {"box": c.box, "due": c.due.isoformat() if c.due else None, "history": c.history}
-            for qid, c in sorted(self.cards.items())}}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".interview-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, ensure_ascii=False)
-        os.replace(tmp, self.path)
+        """Add the attempts recorded since the last save to the file, under its lock, atomically (a crash
+        mid-write leaves the old file intact). A :class:`~minigrpo_course.state.StateFileError` (the folder is
+        read-only, the disk full, the file became unreadable) leaves the file as it was and the attempts unsaved."""
+        if not self._new:
+            return
+        merged: dict[str, Card] = {}
+
+        def change(raw) -> dict:
+            disk = {} if raw is None else parse_progress(raw)[0]
+            merged.clear()
+            merged.update(disk)
+            for qid, mine in self._new.items():
+                merged[qid] = merge_card(self._base.get(qid), disk.get(qid), mine)
+            return {"version": FORMAT_VERSION, "questions": {
+                qid: {"box": c.box, "due": c.due.isoformat() if c.due else None, "history": c.history}
+                for qid, c in sorted(merged.items())}}
+
+        update_json(self.path, change, WHAT, default=lambda: None, check=parse_progress)
+        self.cards, self._base, self._new = dict(merged), dict(merged), {}
 
     def card(self, question_id: str) -> Card:
         return self.cards.get(question_id, Card())
@@ -177,8 +276,10 @@ class Progress:
         now = now or _now()
         old = self.card(question_id)
         box = next_box(old.box, rating)
-        card = Card(box, now + WAITS[box], old.history + [{"at": now.isoformat(), "rating": rating, **extra}])
+        attempt = {"at": now.isoformat(), "rating": rating, **extra}
+        card = Card(box, now + WAITS[box], old.history + [attempt])
         self.cards[question_id] = card
+        self._new.setdefault(question_id, []).append(attempt)
         return card
 
     def record(self, question_id: str, rating: int, now: datetime | None = None) -> Card:
