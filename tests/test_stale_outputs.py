@@ -14,7 +14,7 @@ import pytest
 from minigrpo_course import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
-EXECUTED = sorted(p for d in ("notebooks", "solutions") for p in (ROOT / d).glob("*.ipynb"))
+EXECUTED = sorted(p for d in ("notebooks", "notebooks/deep_dives", "solutions") for p in (ROOT / d).glob("*.ipynb"))
 
 
 @pytest.mark.parametrize("path", EXECUTED, ids=lambda p: f"{p.parent.name}/{p.name}")
