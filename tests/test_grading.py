@@ -8,6 +8,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -943,3 +944,98 @@ def test_no_hint_recommends_a_float32_mask():
     for item in ALL_ITEMS:
         for text in [c.hint for c in item.cases] + [w.hint for w in item.wrong_answers]:
             assert ".float()" not in text or "float32" in text, (item.id, text)
+
+
+# ----------------------------------------------------------------------------- grader changes of issue 24
+
+
+def _gaussian_by_distributions(x_prev, mean, std, reduction="mean"):
+    """09.1 written another way the spec allows: torch.distributions, and the checks in another order."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"unknown reduction {reduction!r}")
+    if not (std > 0).all():
+        raise ValueError("every σ must be > 0")
+    if x_prev.shape != mean.shape or std.shape != x_prev.shape[:1]:
+        raise ValueError("x_prev and mean must be [B, C, H, W] and std [B]")
+    logp = torch.distributions.Normal(mean, std[:, None, None, None]).log_prob(x_prev).flatten(1)
+    return logp.mean(1) if reduction == "mean" else logp.sum(1)
+
+
+def test_09_1_grades_its_required_errors_and_accepts_another_correct_answer():
+    item = get_item("09.1")
+    refusals = {c.name for c in item.cases if isinstance(outcome(item, c, item.reference), Raised)}
+    assert {"a negative σ is refused with a ValueError", "an unknown reduction is refused with a ValueError",
+            "x_prev and mean of different shapes ([3, 1, 4, 4] and [3, 1, 4, 1]) are refused with a ValueError",
+            "std of the wrong length (2 σ's for 3 rows) is refused with a ValueError"} < refusals
+    assert run_item(item, _gaussian_by_distributions).passed
+
+    def no_checks(x_prev, mean, std, reduction="mean"):  # right on every valid input, refuses nothing
+        s = std.abs().clamp(min=1e-3).reshape(-1, 1, 1, 1)
+        per_pixel = -((x_prev - mean) ** 2) / (2 * s**2) - torch.log(s) - 0.5 * math.log(2 * math.pi)
+        return per_pixel.flatten(1).sum(1) if reduction == "sum" else per_pixel.flatten(1).mean(1)
+
+    failed = {c.case.name for c in run_item(item, no_checks).cases if not c.passed}
+    assert failed == refusals, failed ^ refusals
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_11_1_accepts_the_float_tensor_or_list_its_spec_allows(dtype):
+    def group_advantages_of(rewards):
+        r = torch.tensor(rewards, dtype=dtype)
+        if r.numel() < 2:
+            raise ValueError("a group needs two rewards")
+        return (r - r.mean()) / (r.std() + 1e-4)
+
+    assert run_item(get_item("11.1"), group_advantages_of).passed
+    assert run_item(get_item("11.1"), lambda rewards: group_advantages_of(rewards).tolist()).passed
+    population = next(w for w in get_item("11.1").wrong_answers if w.name == "population std")
+    assert not run_item(get_item("11.1"), population.fn).passed  # still refused at float32 tolerance
+
+
+def test_06_2_an_all_masked_batch_must_keep_the_graph_as_its_spec_says():
+    def constant_zero(logp, old_logp, ref_logp, advantages, mask, epsilon=0.2, beta=0.04):
+        if mask.sum() == 0:
+            return torch.zeros((), dtype=logp.dtype)  # 0, but no graph: loss.backward() fails
+        return get_item("06.2").reference(logp, old_logp, ref_logp, advantages, mask, epsilon, beta)
+
+    case = next(c for c in run_item(get_item("06.2"), constant_zero).cases if "all-masked" in c.case.name)
+    assert not case.passed and "does not require grad" in case.message
+    spec = nbformat.read(find_notebook("06", ROOT / "solutions"), as_version=4).cells[5].source
+    assert "loss.backward()" in spec and "not 0/0 = NaN" in spec
+
+
+#: Requirements the graders enforce on inputs the check cells do not show, and the words that state them in the
+#: solution notebook's markdown (what the exercise is generated from).
+STATED = {"01": ["integers (a step counter gives `int64`)", "Float64 rewards give a float64 result"],
+          "02": ["booleans or as 0/1 integers", "float64 result, computed in float64", "may be integer tensors"],
+          "06": ["every mask entry 0", "`loss.backward()` must run"]}
+
+
+@pytest.mark.parametrize("exercise", sorted(STATED))
+def test_requirements_the_grader_enforces_are_stated_in_the_exercise(exercise):
+    markdown = " ".join(" ".join(c.source.split()) for c in
+                        nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4).cells
+                        if c.cell_type == "markdown")
+    for words in STATED[exercise]:
+        assert words in markdown, words
+
+
+def test_the_two_stale_sampler_questions_say_why_they_differ():
+    """07.5's stale_weights is a mismatch and 11.5(h) is by design: both exercises (and both hints) say it is who
+    computes log π_old."""
+    for exercise, cell in (("07", 14), ("11", 19)):
+        text = " ".join(nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4).cells[cell].source
+                        .split())
+        assert "recorded log-probs" in text and "current weights" in text or "newer weights" in text, exercise
+    assert "11.5(h)" in next(w.hint for w in get_item("07.5").wrong_answers if w.name == "stale is by design")
+    assert "07.5" in next(w.hint for w in get_item("11.5").wrong_answers if w.name == "planned asynchrony as mismatch")
+
+
+@pytest.mark.parametrize("exercise", sorted(EXERCISES))
+def test_the_exercise_lists_every_item_it_grades(exercise):
+    """The item table at the top of each exercise names every graded item (alone, or in a range like 07.1–07.4)."""
+    first = nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4).cells[0].source
+    listed = set()
+    for m in re.finditer(rf"\b{exercise}\.(\d+)(?:\s*[–-]\s*(?:{exercise}\.)?(\d+))?", first):
+        listed |= {f"{exercise}.{k}" for k in range(int(m[1]), int(m[2] or m[1]) + 1)}
+    assert listed == {item.id for item in items(exercise)}

@@ -361,7 +361,9 @@ BY_DESIGN = Item(
                     "policy. Both are by design."),
         WrongAnswer("stale is by design", lambda: {"mu_gt_1", "minibatches", "stale_weights"},
                     "stale sampler weights look like μ > 1, but nobody accounts for them: the trainer recomputes "
-                    "π_old at its *current* weights, so the sampler's distribution silently differs — a mismatch."),
+                    "π_old at its *current* weights, so the sampler's distribution silently differs — a mismatch. (A "
+                    "planned lag whose loss uses the sampler's recorded log-probs as π_old, exercise 11.5(h), is by "
+                    "design: there the ratio sees the lag.)"),
         WrongAnswer("numerics are by design", lambda: {"mu_gt_1", "minibatches", "bf16", "kv_cache_fp32",
                                                        "attn_backend_bf16"},
                     "precision and kernel differences are small but they are a mismatch between sampler and "

@@ -55,6 +55,34 @@ def _lp_variant(x_prev, mean, std, reduction="mean", *, std_as_variance=False, c
 _lp_mistake = partial(checked_by, gaussian_step_logprob)  # refuses what the reference refuses, then errs
 
 
+def _lp_missing_check(x_prev, mean, std, reduction="mean", *, skip):
+    """The right log-prob behind the reference's checks, all but the one named ``skip`` (a typical omission)."""
+    if skip != "shapes" and (x_prev.shape != mean.shape or x_prev.ndim < 2):
+        raise ValueError("x_prev and mean must both be [B, C, H, W]")
+    if skip != "std shape" and std.shape != (x_prev.shape[0],):
+        raise ValueError("std must be [B]")
+    if skip == "σ = 0 only" and (std == 0).any():
+        raise ValueError("std must not be 0")
+    if skip != "σ = 0 only" and (std <= 0).any():
+        raise ValueError("std must be > 0")
+    if skip != "reduction" and reduction not in ("mean", "sum"):
+        raise ValueError("reduction must be 'mean' or 'sum'")
+    s = std.reshape(-1, *([1] * (x_prev.ndim - 1))) if std.ndim == 1 else std
+    per_pixel = -((x_prev - mean) ** 2) / (2 * s**2) - torch.log(s) - 0.5 * math.log(2 * math.pi)
+    return _reduce(per_pixel, "mean" if reduction == "mean" else "sum")
+
+
+_SHAPES_HINT = ("compare x_prev.shape with mean.shape and raise ValueError when they differ: a mean of shape "
+                "[B, C, H, 1] broadcasts silently over the width and gives a log-prob of the wrong image.")
+_STD_SHAPE_HINT = ("check that std is [B], one σ per row (std.shape == (x_prev.shape[0],)), and raise ValueError "
+                   "otherwise; a σ per row of the wrong length fails later with a RuntimeError that names no argument.")
+_SIGMA_HINT = "raise ValueError when a σ is <= 0: a deterministic step has no density (the log-prob would be ±inf/NaN)."
+_NEGATIVE_SIGMA_HINT = ("refuse every σ <= 0, not only σ = 0: a negative σ is no standard deviation, and log σ of it "
+                        "is NaN (test (std <= 0).any()).")
+_REDUCTION_HINT = ("raise ValueError for any reduction other than 'mean' or 'sum': a typo ('avg', 'none') must not "
+                   "silently fall back to one of them.")
+
+
 def step_batch(seed: int, B: int = 3, C: int = 1, H: int = 4, W: int = 4, stds=None):
     """Random float64 (x_prev, mean, std): mean ~ N(0, 1) of shape [B, C, H, W], one σ per row (``stds``, or
     uniform in [0.05, 0.85]), and x_prev = mean + σ·noise."""
@@ -73,8 +101,16 @@ LP_CASES = [
     Case("three rows, three σ's, mean over pixels", (Spread(step_batch, 0, stds=_STDS),)),
     Case("the same batch summed over pixels", (Spread(step_batch, 0, stds=_STDS),), {"reduction": "sum"}),
     Case("a σ of 0 is refused with a ValueError",
-         (Made(randn, 3, 1, 4, 4, seed=0), Made(randn, 3, 1, 4, 4, seed=1), f64([0.3, 0.0, 0.2])),
-         hint="raise ValueError when a σ is <= 0: a deterministic step has no density (the log-prob would be ±inf/NaN)."),
+         (Made(randn, 3, 1, 4, 4, seed=0), Made(randn, 3, 1, 4, 4, seed=1), f64([0.3, 0.0, 0.2])), hint=_SIGMA_HINT),
+    Case("a negative σ is refused with a ValueError",
+         (Made(randn, 3, 1, 4, 4, seed=0), Made(randn, 3, 1, 4, 4, seed=1), f64([0.3, -0.2, 0.2])),
+         hint=_NEGATIVE_SIGMA_HINT),
+    Case("x_prev and mean of different shapes ([3, 1, 4, 4] and [3, 1, 4, 1]) are refused with a ValueError",
+         (Made(randn, 3, 1, 4, 4, seed=0), Made(randn, 3, 1, 4, 1, seed=1), f64([0.3, 0.5, 0.2])), hint=_SHAPES_HINT),
+    Case("std of the wrong length (2 σ's for 3 rows) is refused with a ValueError",
+         (Made(randn, 3, 1, 4, 4, seed=0), Made(randn, 3, 1, 4, 4, seed=1), f64([0.3, 0.5])), hint=_STD_SHAPE_HINT),
+    Case("an unknown reduction is refused with a ValueError", (Spread(step_batch, 0, stds=_STDS),),
+         {"reduction": "avg"}, hint=_REDUCTION_HINT),
     Case("two channels, 6×6, mean", (Spread(step_batch, 1, B=4, C=2, H=6, W=6),), quick=False, rtol=1e-9, atol=1e-12),
     Case("small σ (the last steps of a chain), sum",
          (Spread(step_batch, 2, B=5, H=8, W=8, stds=[0.01, 0.02, 0.03, 0.04, 0.05]),), {"reduction": "sum"},
@@ -102,6 +138,11 @@ GAUSSIAN_STEP_LOGPROB = Item(
         WrongAnswer("sign", _lp_mistake(lambda *args, **kwargs: -gaussian_step_logprob(*args, **kwargs)),
                     "a log-density is −(x − μ)²/(2σ²) − log σ − ½ log 2π: you returned its negative (a negative "
                     "log-likelihood)."),
+        # The required errors: each omission passes every value case and fails its refusal with that case's hint.
+        WrongAnswer("only σ = 0 refused", partial(_lp_missing_check, skip="σ = 0 only"), _NEGATIVE_SIGMA_HINT),
+        WrongAnswer("shapes of x_prev and mean not compared", partial(_lp_missing_check, skip="shapes"), _SHAPES_HINT),
+        WrongAnswer("length of std not checked", partial(_lp_missing_check, skip="std shape"), _STD_SHAPE_HINT),
+        WrongAnswer("reduction not checked", partial(_lp_missing_check, skip="reduction"), _REDUCTION_HINT),
     ],
 )
 
