@@ -59,7 +59,8 @@ def test_text_to_image_grpo_step_trains_as_the_reference(tmp_path):
 
     tiny_components(tmp_path, seed=0)
     cfg = dict(max_steps=2, prompts_per_step=2, num_generations=2, num_inference_steps=4, guidance_scale=4.0,
-               learning_rate=1e-2, epsilon=0.2, num_iterations=2, num_minibatches=2, train_batch_size=3, beta=0.1)
+               learning_rate=1e-2, epsilon=0.2, num_iterations=2, num_minibatches=2, train_batch_size=3, beta=0.1,
+               max_grad_norm=1e-3)  # small enough that the clip acts
     runs = []
     for module in (t2i_reference, t2i):
         lora = LoraConfig(r=4, lora_alpha=4, target_modules=list(UNET_LORA_TARGETS), init_lora_weights=True)
@@ -67,7 +68,9 @@ def test_text_to_image_grpo_step_trains_as_the_reference(tmp_path):
         trainer = module.TextToImageGRPOTrainer(TextToImagePolicy.from_pretrained(tmp_path), ColourReward(),
                                                 ["a red square", "a blue sky", "a green apple"],
                                                 module.TextToImageGRPOConfig(**cfg), peft_config=lora)
+        before = [p.detach().clone() for p in trainer.unet.parameters()]
         result = trainer.train(progress=False)
+        assert any(not torch.equal(p, q) for p, q in zip(before, trainer.unet.parameters()))  # it trained
         runs.append((result, list(trainer.unet.named_parameters())))
     (a, pa), (b, pb) = runs
     assert a.history["kl"][-1] != 0
