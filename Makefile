@@ -9,6 +9,7 @@
 #   make grade EX=01          grade your exercise notebook (no EX: every exercise; ARGS=-v for details)
 #   make exercises            regenerate exercises/ from solutions/
 #   make torch TORCH_INDEX=…  reinstall torch from another index (switch CPU <-> CUDA build)
+#   make site                 build the course website from the committed notebooks into site/_build/html
 #
 # Choosing the torch build (decide before the first command: the default CUDA build is multi-GB):
 #   NVIDIA GPU, or macOS:     make lab
@@ -33,7 +34,7 @@ JOBS ?= $(shell n=$$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2); [ "$$n" -
 # Jupyter refuses to start as root unless told it is on purpose.
 ALLOW_ROOT := $(if $(filter 0,$(shell id -u 2>/dev/null)),--allow-root)
 
-.PHONY: setup lab test run grade exercises torch
+.PHONY: setup lab test run grade exercises torch site
 
 ifneq ($(filter run,$(MAKECMDGOALS)),)
 ifeq ($(LESSON),)
@@ -94,3 +95,13 @@ grade: setup
 
 exercises: setup
 	$(BIN)/minigrpo make-exercises
+
+# The course website: Jupyter Book renders the README, the lessons, their deep dives and the interview question bank
+# with their committed outputs (no notebook runs) into site/_build/html. The `site` extra is installed the first time.
+# Warnings are errors (-W), so a broken link or a page that does not render fails the build.
+SITE_IMPORTS := import jupyter_book, playwright, importlib; importlib.import_module('sphinx-mathjax-offline')
+site: setup
+	@if ! $(BIN)/python -c "$(SITE_IMPORTS)" 2>/dev/null; then \
+		$(BIN)/python -m pip install -e ".[site]"; fi
+	$(BIN)/jupyter-book build site -W -n --keep-going
+	@echo "The site is in site/_build/html: open site/_build/html/index.html in a browser."

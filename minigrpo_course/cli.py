@@ -130,13 +130,40 @@ class _Interrupted(Exception):
     """Ctrl-C arrived between two cells."""
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def strip_widgets(nb) -> int:
+    """Drop widget views from ``nb`` (in place), with the notebook's saved widget state: an output that is only a
+    widget and its text/plain stand-in (a tqdm bar drawn by ipywidgets, which without the live kernel shows only
+    "0%| |") goes; one with a real fallback (HTML, an image) keeps the fallback. Returns the number of outputs
+    removed. Committed outputs stay lean and show the same with or without ipywidgets."""
+    removed = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        kept = []
+        for output in cell.outputs:
+            data = output.get("data", {})
+            if WIDGET_VIEW in data:
+                del data[WIDGET_VIEW]
+                if set(data) <= {"text/plain"}:
+                    removed += 1
+                    continue
+            kept.append(output)
+        cell.outputs = kept
+    nb.metadata.pop("widgets", None)
+    return removed
+
+
 def _save_partial(nb, out: Path, stopped_at: int | None) -> None:
-    """Write what ran: the cells after ``stopped_at`` lose any outputs left from an older run, so the
-    saved notebook shows where the run stopped."""
+    """Write what ran, without progress-bar widgets (:func:`strip_widgets`): the cells after ``stopped_at`` lose
+    any outputs left from an older run, so the saved notebook shows where the run stopped."""
     import nbformat
 
     from minigrpo_course.state import atomic_write_text
 
+    strip_widgets(nb)
     if stopped_at is not None:
         for cell in nb.cells[stopped_at + 1:]:
             if cell.cell_type == "code":

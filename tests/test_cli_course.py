@@ -180,3 +180,30 @@ def test_a_pipe_into_head_shows_the_first_line_and_no_traceback(tmp_path, comman
     lines = proc.stdout.splitlines()
     assert lines[0].startswith(first) and proc.stderr == ""
     assert lines[1] == "status=0"
+
+
+def test_strip_widgets_drops_progress_bar_views_and_widget_state():
+    import nbformat
+
+    from minigrpo_course.cli import WIDGET_VIEW, strip_widgets
+
+    nb = nbformat.v4.new_notebook()
+    bar = nbformat.v4.new_output("display_data", data={WIDGET_VIEW: {"model_id": "x"}, "text/plain": "  0%|  | 0/9"})
+    text = nbformat.v4.new_output("stream", name="stdout", text="done\n")
+    plot = nbformat.v4.new_output("display_data", data={"image/png": "iVBOR", "text/plain": "<Figure>"})
+    card = nbformat.v4.new_output("display_data", data={WIDGET_VIEW: {"model_id": "y"}, "text/html": "<p>card</p>",
+                                                        "text/plain": "VBox(...)"})
+    nb.cells = [nbformat.v4.new_code_cell("train()", outputs=[bar, text, plot, card]), nbformat.v4.new_markdown_cell("x")]
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}}}
+    assert strip_widgets(nb) == 1
+    assert [o.get("name") or sorted(o["data"]) for o in nb.cells[0].outputs] == [
+        "stdout", ["image/png", "text/plain"], ["text/html", "text/plain"]]  # the card keeps its HTML fallback
+    assert "widgets" not in nb.metadata
+    assert strip_widgets(nb) == 0
+
+
+def test_committed_notebooks_hold_no_widget_state():
+    root = Path(__file__).resolve().parents[1]
+    found = [str(p.relative_to(root)) for folder in ("notebooks", "solutions", "exercises")
+             for p in sorted((root / folder).rglob("*.ipynb")) if "application/vnd.jupyter.widget" in p.read_text()]
+    assert not found, f"progress-bar widget state in {found}: re-run them with `minigrpo run` (it strips widgets)"

@@ -113,7 +113,7 @@ def _diffusion_rank(rank, rollouts, folder):
         half = DIFF_PROMPTS // 2 * DIFF_G
         mine = _rollout_rows(ro, slice(rank * half, (rank + 1) * half))
         mine.advantages = trainer.advantages(mine.rewards)  # through the gather: the batch std is global
-        metrics = trainer.update(mine)
+        metrics = trainer.step(mine)
         out.append((metrics, *_params_and_grads(trainer.model)))
     folder = os.path.join(folder, "checkpoint")  # a resume: rank 0 saved, every rank loads
     if rank == 0:
@@ -137,7 +137,7 @@ def test_diffusion_grpo_two_processes_take_the_one_process_step_of_the_global_ba
             ro = trainer.rollout()
             assert ro.rewards.view(DIFF_PROMPTS, DIFF_G).std(1).min() > 0
             rollouts.append(ro)
-            expected.append((trainer.update(ro), *_params_and_grads(trainer.model)))
+            expected.append((trainer.step(ro), *_params_and_grads(trainer.model)))
     finally:
         torch.set_default_dtype(previous)
     (out0, gen0), (out1, gen1) = run_two_processes(_diffusion_rank, (rollouts, str(tmp_path)), tmp_path)

@@ -145,7 +145,8 @@ def test_package_data_ships_in_the_wheel():
 def test_make_installs_the_course_extra():
     makefile = (ROOT / "Makefile").read_text()
     extras = set(re.findall(r'pip install -e "\.\[([a-z,]+)\]"', makefile))
-    assert extras == {"course"} and "course" in PROJECT["optional-dependencies"]
+    # `make site` adds the website's own extra on top of the course
+    assert extras == {"course", "site"} and {"course", "site"} <= set(PROJECT["optional-dependencies"])
 
 
 def _make_dry_run(*args: str) -> subprocess.CompletedProcess:
@@ -220,7 +221,7 @@ def test_ci_runs_exactly_the_readme_test_command():
 
 def test_makefile_targets_exist():
     makefile = (ROOT / "Makefile").read_text()
-    for target in ("lab", "test", "run", "grade", "exercises", "torch"):
+    for target in ("lab", "test", "run", "grade", "exercises", "torch", "site"):
         assert re.search(rf"^{target}:", makefile, flags=re.M), target
 
 

@@ -20,8 +20,8 @@ One step of :class:`DiffusionGRPOTrainer`:
    valid), with ``ρ = π_θ(x_{t−1} | x_t) / π_old(x_{t−1} | x_t)`` **per step** and the KL to the frozen
    base model computed exactly (the two Gaussians share σ) instead of estimated from log-probs.
 
-Steps 1–3 are :meth:`DiffusionGRPOTrainer.rollout`, the loss of a minibatch
-:meth:`~DiffusionGRPOTrainer.compute_loss`, the update :meth:`~DiffusionGRPOTrainer.optimizer_step`.
+Steps 1–3 are :meth:`DiffusionGRPOTrainer.rollout`, step 4 the rest of :meth:`~DiffusionGRPOTrainer.step`
+(the loss of a minibatch is :func:`grpo_step_loss`, through :meth:`~DiffusionGRPOTrainer.compute_loss`).
 Metrics carry TRL's names where TRL logs the quantity, as the LLM trainer's: ``reward``, ``reward_std``,
 ``frac_reward_zero_std``, ``kl``, ``clip_ratio/low_mean``, ``clip_ratio/high_mean``,
 ``clip_ratio/region_mean``, ``loss``, ``grad_norm``; ours for ``approx_kl``, ``ratio_min``, ``ratio_max``,
@@ -236,13 +236,6 @@ class DiffusionGRPOTrainer:
         model_fn: how to call the network (see :mod:`minigrpo.diffusion.sampler`).
     """
 
-    def compute_loss(self, rollout: DiffusionRollout, chains: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """The GRPO loss of the minibatch ``chains`` (indices into the rollout) over its selected steps."""
-        rm = None if rollout.ref_mean is None else rollout.ref_mean[chains].flatten(0, 1)
-        loss, stats, _ = grpo_step_loss(self.process, self.model, rollout.chain, chains, rollout.steps[chains],
-                                        rollout.advantages, self.cfg, rm)
-        return loss, stats
-
     def __init__(self, model, scheduler, reward_fn: RewardFn, config: DiffusionGRPOConfig | None = None,
                  ref_model=None, model_fn: ModelFn = unet_output):
         self.cfg = cfg = config or DiffusionGRPOConfig()
@@ -264,26 +257,83 @@ class DiffusionGRPOTrainer:
 
     @torch.no_grad()
     def rollout(self) -> DiffusionRollout:
-        """Sample G chains per prompt, score the images, advantages, the steps to train on, π_ref's means."""
-        cfg = self.cfg
-        t0 = time.perf_counter()
+        """The first half of :meth:`step`, no gradient: sample G chains per prompt recording every step, score the
+        final images, the group advantages, the steps to train on, π_ref's means there. B = prompts_per_step × G."""
+        cfg, t0 = self.cfg, time.perf_counter()
         device = next(self.model.parameters()).device
-        labels = self.prompts().to(device)
+        labels = self.prompts().to(device)  # (B,) class labels, groups of G contiguous
         self.model.eval()  # one policy: the same function samples and is scored (no dropout anywhere)
-        chain = self.process.sample(self.model, labels, generator=self.gen, reduction=cfg.logprob_reduction)
-        rewards = check_rewards(self.reward_fn(chain.images, labels), labels.numel())
-        adv = self.advantages(rewards).to(device)
+        chain = self.process.sample(self.model, labels, generator=self.gen,
+                                    reduction=cfg.logprob_reduction)  # xs (K + 1, B, C, H, W), logprobs (B, K)
         B = labels.numel()
-        trainable = chain.stochastic & (chain.stds >= cfg.min_step_std)
-        steps = select_steps(trainable, B, cfg.timestep_fraction, self.gen).to(device)
+        rewards = check_rewards(self.reward_fn(chain.images, labels), B)  # (B,) on the CPU
+        # One advantage per chain, given to each of its steps: the reward arrives only at the end.
+        adv = self.advantages(rewards).to(device)  # (B,) against its group, clipped to ±adv_clip_max
+        # Timestep subsampling (DDPO): a random timestep_fraction of each chain's steps with σ ≥ min_step_std.
+        trainable = chain.stochastic & (chain.stds >= cfg.min_step_std)  # (K,)
+        steps = select_steps(trainable, B, cfg.timestep_fraction, self.gen).to(device)  # (B, n)
         sample_time = time.perf_counter() - t0
-        ref_mean = None
+        ref_mean = None  # with β > 0: the frozen base's Gaussian means at those rows, for the exact KL
         if self.ref is not None:
             n = steps.shape[1]
-            b, k = torch.arange(B, device=device).repeat_interleave(n), steps.reshape(-1)
+            b, k = torch.arange(B, device=device).repeat_interleave(n), steps.reshape(-1)  # (B·n,) chain, step
             ref_mean = self.process.predict(self.ref, chain.xs[k, b], chain.timesteps[k].to(device),
-                                            labels[b])[0].view(B, n, *chain.xs.shape[2:])
+                                            labels[b])[0].view(B, n, *chain.xs.shape[2:])  # (B, n, C, H, W)
         return DiffusionRollout(chain, labels, rewards, adv, steps, ref_mean, sample_time)
+
+    def step(self, rollout: DiffusionRollout | None = None) -> dict[str, float]:
+        """One GRPO step: a rollout, then μ = ``num_iterations`` passes over its chains in ``num_minibatches``
+        optimizer steps each; returns the step's metrics (reduced over the processes, if several) and records them
+        in the history. ``rollout``: train on this one instead of sampling one (the tests hand each process its
+        rows of a global rollout)."""
+        cfg, G, t0 = self.cfg, self.cfg.num_generations, time.perf_counter()
+
+        # 1. Rollout (DDPO's sampling phase, no gradient): G chains per prompt, every (x_t, x_{t−1}, t) and
+        # log π_old recorded; each final image scored; one group advantage per chain; the steps to train on.
+        ro = self.rollout() if rollout is None else rollout
+        B, n = ro.steps.shape  # B chains, n of each chain's steps trained on
+
+        # 2. μ passes over the batch, each a fresh shuffle of the chains cut into num_minibatches optimizer steps.
+        # With μ = 1 and one minibatch the ratio is exactly 1: REINFORCE over the chain with the group baseline.
+        stats, grad_norms = [], []
+        for _ in range(cfg.num_iterations):
+            perm = torch.randperm(B, generator=self.gen).to(ro.labels.device)  # (B,) chain indices
+            for mb in perm.chunk(cfg.num_minibatches):  # (B / num_minibatches,) each
+                # Per (chain, step) row −min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·KL(π_θ ‖ π_ref), ρ = π_θ/π_old
+                # of the step, averaged over the minibatch's rows: grpo_step_loss, one forward pass.
+                loss, st = self.compute_loss(ro, mb)
+                # Several processes: each rank's loss is its share of the global minibatch's mean (one: × 1);
+                # the ranks' gradients are summed, so the step is the one-process step of the global minibatch.
+                local = mb.numel() * n  # (chain, step) rows of this rank
+                loss_share = loss * (local / self.dist.sum(local))
+                self.opt.zero_grad(set_to_none=True)
+                loss_share.backward()
+                self.dist.sum_gradients(self.model)
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.max_grad_norm)
+                grad_norms.append(float(grad_norm))  # before clipping
+                self.opt.step()
+                st["loss"] = loss.item()
+                stats.append(st)
+        self.step_count += 1
+
+        # 3. Metrics, TRL's names where TRL logs the quantity: the rewards of every process; the loss statistics
+        # (clip fractions, ratios, KL) each the mean over the step's minibatches.
+        metrics, _ = reward_metrics(self.dist.gather(ro.rewards), G)  # reward, reward_std, frac_reward_zero_std
+        metrics.update(grad_norm=float(np.mean(grad_norms)), sample_time=ro.sample_time,
+                       step_time=time.perf_counter() - t0)
+        metrics.update(mean_of(stats, STEP_STATS))
+        metrics = self.dist.reduce_metrics(metrics)
+        for key, v in metrics.items():
+            self.history.setdefault(key, []).append(v)
+        return metrics
+
+    def compute_loss(self, rollout: DiffusionRollout, chains: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """The GRPO loss of the minibatch ``chains`` (indices into the rollout) over its selected steps, and its
+        statistics (a subclass changes the objective here: REINFORCE in ``minigrpo_course.experiments``)."""
+        rm = None if rollout.ref_mean is None else rollout.ref_mean[chains].flatten(0, 1)
+        loss, stats, _ = grpo_step_loss(self.process, self.model, rollout.chain, chains, rollout.steps[chains],
+                                        rollout.advantages, self.cfg, rm)
+        return loss, stats
 
     def advantages(self, rewards: torch.Tensor) -> torch.Tensor:
         """This rank's group advantages ``[B]``, clipped to ±``adv_clip_max``; the rewards of every rank are gathered
@@ -292,45 +342,6 @@ class DiffusionGRPOTrainer:
         everyone = self.dist.gather(rewards)
         adv = group_advantages(everyone, cfg.num_generations, cfg.scale_rewards)[self.dist.local(rewards.numel())]
         return adv.clamp(-cfg.adv_clip_max, cfg.adv_clip_max)
-
-    def optimizer_step(self, loss: torch.Tensor) -> float:
-        """Backward, sum the gradients over the processes (if several), clip the global gradient norm, step AdamW;
-        returns the norm before clipping."""
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.dist.sum_gradients(self.model)  # each rank's loss is its share of the global minibatch's: sum them
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm))
-        self.opt.step()
-        return grad_norm
-
-    def step(self) -> dict[str, float]:
-        """One GRPO step: a rollout, then μ passes over it in ``num_minibatches`` optimizer steps."""
-        t0 = time.perf_counter()
-        return self.update(self.rollout(), t0)
-
-    def update(self, ro: DiffusionRollout, t0: float | None = None) -> dict[str, float]:
-        """μ passes over a rollout in ``num_minibatches`` optimizer steps; returns the step's metrics (reduced over
-        the processes, if several) and records them in the history. ``t0``: when the step began."""
-        cfg, t0 = self.cfg, time.perf_counter() if t0 is None else t0
-        B = ro.labels.numel()
-        stats, grad_norms = [], []
-        for _ in range(cfg.num_iterations):
-            perm = torch.randperm(B, generator=self.gen).to(ro.labels.device)
-            for mb in perm.chunk(cfg.num_minibatches):
-                loss, st = self.compute_loss(ro, mb)
-                local = mb.numel() * ro.steps.shape[1]  # (chain, step) elements: the loss is their mean
-                grad_norms.append(self.optimizer_step(loss * (local / self.dist.sum(local))))  # 1 in one process
-                st["loss"] = loss.item()
-                stats.append(st)
-        self.step_count += 1
-        metrics, _ = reward_metrics(self.dist.gather(ro.rewards), cfg.num_generations)
-        metrics.update(grad_norm=float(np.mean(grad_norms)), sample_time=ro.sample_time,
-                       step_time=time.perf_counter() - t0)
-        metrics.update(mean_of(stats, STEP_STATS))
-        metrics = self.dist.reduce_metrics(metrics)
-        for key, v in metrics.items():
-            self.history.setdefault(key, []).append(v)
-        return metrics
 
     def save_checkpoint(self, folder: str | Path | None = None) -> Path:
         """A resumable checkpoint (default: ``output_dir/checkpoint-<step>``): the weights (``save_pretrained``

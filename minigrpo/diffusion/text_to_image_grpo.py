@@ -220,13 +220,14 @@ class TextToImageGRPOTrainer:
         prompts = self.sample_prompts() if prompts is None else self._check_prompts(prompts, "prompts")
         embeds: PromptEmbeds = self.policy.encode_prompts(prompts, with_uncond=cfg.guidance_scale != 1)
         process = with_prompts(self.process, embeds, cfg.guidance_scale)
-        labels = torch.arange(len(prompts), device=self.policy.device).repeat_interleave(cfg.num_generations)
-        chain = self.sample(process, labels)
-        images = self.policy.decode(chain.images).cpu()
-        rewards, parts = self.score(images, [prompts[i] for i in labels.tolist()])
+        labels = torch.arange(len(prompts), device=self.policy.device).repeat_interleave(cfg.num_generations)  # (B,)
+        chain = self.sample(process, labels)  # latents xs (K + 1, B, C, h, w), logprobs (B, K)
+        images = self.policy.decode(chain.images).cpu()  # (B, 3, H, W) in [0, 1]
+        rewards, parts = self.score(images, [prompts[i] for i in labels.tolist()])  # (B,) weighted sum, and each
         adv = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
-        adv = adv.clamp(-cfg.adv_clip_max, cfg.adv_clip_max).to(labels.device)
-        steps = select_steps(chain.stochastic, labels.numel(), cfg.timestep_fraction, self.gen).to(labels.device)
+        adv = adv.clamp(-cfg.adv_clip_max, cfg.adv_clip_max).to(labels.device)  # (B,) one per chain
+        B = labels.numel()
+        steps = select_steps(chain.stochastic, B, cfg.timestep_fraction, self.gen).to(labels.device)  # (B, n)
         sample_time = time.perf_counter() - t0
         ref_mean = self.reference_means(process, chain, steps) if cfg.beta > 0 else None
         return TextToImageRollout(prompts, process, chain, images, rewards, parts, adv, steps, ref_mean, sample_time)
@@ -253,34 +254,37 @@ class TextToImageGRPOTrainer:
                                         ref_mean)
         return loss, stats
 
-    def optimizer_step(self, ro: TextToImageRollout, rows: torch.Tensor) -> tuple[float, list[dict]]:
-        """One optimizer step on ``rows``, accumulated over micro-batches of ``train_batch_size`` rows (their
-        losses weighted by size, so the gradient is the one of the whole minibatch); returns the norm before
-        clipping and each micro-batch's statistics."""
-        self.opt.zero_grad(set_to_none=True)
-        stats = []
-        for micro in rows.split(self.cfg.train_batch_size or rows.numel()):
-            loss, st = self.compute_loss(ro, micro)
-            (loss * micro.numel() / rows.numel()).backward()
-            st["loss"] = loss.item()
-            stats.append(st)
-        params = [p for g in self.opt.param_groups for p in g["params"]]
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm))
-        self.opt.step()
-        return grad_norm, stats
-
     def step(self, prompts: Sequence[str] | None = None) -> dict[str, float]:
-        """One GRPO step (on ``prompts`` if given, else ``prompts_per_step`` drawn from ``train_prompts``)."""
+        """One GRPO step (on ``prompts`` if given, else ``prompts_per_step`` drawn from ``train_prompts``): a
+        rollout, then μ = ``num_iterations`` passes over its (chain, step) rows in ``num_minibatches`` optimizer
+        steps each, every one accumulated over micro-batches of ``train_batch_size`` rows; returns its metrics."""
         cfg, t0 = self.cfg, time.perf_counter()
-        ro = self.rollout(prompts)
+
+        # 1. Rollout (no gradient): encode the prompts, G guided chains each in latent space, decode and score,
+        # one group advantage per chain, the steps to train on, π_ref's means there (β > 0).
+        ro = self.rollout(prompts)  # B = P × G chains; ro.steps (B, n): the rows are the B·n (chain, step) pairs
+        params = [p for g in self.opt.param_groups for p in g["params"]]  # the LoRA adapters (or the UNet)
+
+        # 2. μ passes over the rows, each a fresh shuffle cut into num_minibatches optimizer steps.
         stats, norms = [], []
         for _ in range(cfg.num_iterations):
-            perm = torch.randperm(ro.steps.numel(), generator=self.gen).to(ro.steps.device)
-            for rows in perm.chunk(cfg.num_minibatches):
-                norm, st = self.optimizer_step(ro, rows)
-                norms.append(norm)
-                stats.extend(st)
+            perm = torch.randperm(ro.steps.numel(), generator=self.gen).to(ro.steps.device)  # (B·n,) flat rows
+            for rows in perm.chunk(cfg.num_minibatches):  # (B·n / num_minibatches,) each
+                self.opt.zero_grad(set_to_none=True)
+                # Gradient accumulation: each micro-batch's loss (a mean over its rows) weighted by its share, so
+                # the gradient is the one of the whole minibatch.
+                for micro in rows.split(cfg.train_batch_size or rows.numel()):  # (≤ train_batch_size,) each
+                    # −min(ρ·A, clip(ρ, 1 − ε, 1 + ε_high)·A) + β·KL(π_θ ‖ π_ref) per row: grpo_step_loss
+                    loss, st = self.compute_loss(ro, micro)
+                    (loss * micro.numel() / rows.numel()).backward()
+                    st["loss"] = loss.item()
+                    stats.append(st)
+                norms.append(float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)))  # before clipping
+                self.opt.step()
         self.step_count += 1
+
+        # 3. Metrics (TRL's names): the rewards, each reward function's mean, the loss statistics averaged over
+        # the micro-batches.
         metrics, _ = reward_metrics(ro.rewards, cfg.num_generations)
         metrics.update({f"rewards/{name}/mean": float(r.mean()) for name, r in ro.reward_parts.items()})
         metrics.update(grad_norm=float(np.mean(norms)), sample_time=ro.sample_time,
