@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from minigrpo.control.onpolicy import tracker_tag
 from minigrpo.llm.grpo import GRPOConfig, GRPOTrainer
 from minigrpo.llm.models import make_tiny_model
 from minigrpo.llm.tasks import AdditionTask
@@ -47,13 +48,14 @@ def tensorboard_scalars(folder) -> dict[str, list[tuple[int, float]]]:
     return {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
 
 
-def check_logged(folder, history: dict, steps: list[int], prefix: str = "train/") -> None:
-    """Every per-step entry of the history is in the event file at its step, with the history's value (as float32)."""
+def check_logged(folder, history: dict, steps: list[int], prefix: str = "train/", tag=None) -> None:
+    """Every per-step entry of the history is in the event file at its step, with the history's value (as float32).
+    Its name there: ``tag(key)`` when given (the control trainers' CleanRL names), else ``prefix + key``."""
     scalars = tensorboard_scalars(folder)
     keys = [k for k in history if k not in ("step", "iteration", "env_steps") and len(history[k]) == len(steps)]
     assert len(keys) >= 5
     for key in keys:
-        logged = scalars[prefix + key]
+        logged = scalars[tag(key) if tag else prefix + key]
         assert [s for s, _ in logged] == steps, key
         for (_, value), expected in zip(logged, history[key]):
             assert value == np.float32(expected) or (math.isnan(value) and math.isnan(expected)), key
@@ -186,8 +188,14 @@ def test_ppo_writes_tensorboard_events(tmp_path):
 
     result = train_ppo(ppo_config(total_timesteps=240, report_to="tensorboard", logging_dir=str(tmp_path)),
                        progress=False)
-    check_logged(tmp_path, result.history, result.history["env_steps"])
-    assert tensorboard_scalars(tmp_path)["eval/return"] == [(240, np.float32(result.history["eval_return"][0]))]
+    check_logged(tmp_path, result.history, result.history["env_steps"], tag=tracker_tag)
+    scalars = tensorboard_scalars(tmp_path)
+    assert scalars["eval/episodic_return"] == [(240, np.float32(result.history["eval_return"][0]))]
+    # CleanRL's names (its ppo.py), not ours
+    assert {"charts/SPS", "charts/episodic_return", "charts/episodic_length", "charts/learning_rate",
+            "losses/clipfrac", "losses/approx_kl", "losses/policy_loss", "losses/value_loss", "losses/entropy",
+            "losses/explained_variance"} <= set(scalars)
+    assert not [t for t in scalars if t.startswith("train/")]
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
@@ -216,8 +224,9 @@ def test_reinforce_writes_tensorboard_events(tmp_path):
                           hidden_sizes=(8,), report_to=["tensorboard"], logging_dir=str(tmp_path))
     result = train_reinforce(cfg, progress=False)
     check_logged(tmp_path, {k: result.history[k] for k in ("train_return", "episode_length", "policy_loss",
-                                                            "value_loss", "entropy")}, result.history["env_steps"])
-    assert tensorboard_scalars(tmp_path)["eval/return"] == [(result.history["eval_step"][0],
+                                                            "value_loss", "entropy")}, result.history["env_steps"],
+                 tag=tracker_tag)
+    assert tensorboard_scalars(tmp_path)["eval/episodic_return"] == [(result.history["eval_step"][0],
                                                              np.float32(result.history["eval_return"][0]))]
 
 

@@ -6,6 +6,10 @@ same for REINFORCE (whole episodes, reward-to-go) and for the actor-critic metho
 GAE: :class:`GAELearner`): seeding, the agent, history, trackers, evaluation, stopping at ``target_return``,
 checkpoints. :func:`run_on_policy` is the loop with a GAE learner around an algorithm's ``update``.
 
+The history uses short keys (``sps``, ``train_return``, ``clip_frac``, ...); the trackers (TensorBoard, W&B) get
+CleanRL's names for them (:func:`tracker_tag`: ``charts/SPS``, ``charts/episodic_return``, ``losses/clipfrac``, ...,
+and ``eval/episodic_return``), at environment steps (CleanRL's ``global_step``).
+
 Several processes (``accelerate launch --num_processes N``, ``torchrun``; ``minigrpo.infra.distributed``), for a learner
 that says it can (``data_parallel``: PPO's): each rank steps its own ``num_envs`` env copies seeded apart, every rank
 starts from rank 0's agent, the update averages the gradients (see ``control.ppo``), the metrics are averaged over the
@@ -40,7 +44,7 @@ from minigrpo.infra.tracking import (Tracker, checkpoint_folder, load_state, res
 from minigrpo.utils import seed_everything, torch_threads
 
 __all__ = ["GAELearner", "OnPolicyConfig", "Rollout", "RolloutCollector", "TrainResult", "explained_variance",
-           "fit_value", "iterations", "make_vec_env", "normalize", "run_on_policy", "train_loop"]
+           "fit_value", "iterations", "make_vec_env", "normalize", "run_on_policy", "tracker_tag", "train_loop"]
 
 
 @dataclass
@@ -265,6 +269,21 @@ def _check_processes(dist: Distributed, cfg: ControlConfig, name: str, learner: 
                          "holds rank 0's environments, not the other ranks'")
 
 
+#: The trackers' (TensorBoard, W&B) names of the history's keys: CleanRL's (``ppo.py``) where CleanRL logs the same
+#: quantity. The history keeps the short keys; any other key of an update goes under ``losses/``.
+CLEANRL_TAGS = {
+    "sps": "charts/SPS", "train_return": "charts/episodic_return", "episode_length": "charts/episodic_length",
+    "learning_rate": "charts/learning_rate", "seconds": "charts/seconds", "clip_coef": "charts/clip_coef",
+    "kl_coef": "charts/kl_coef", "clip_frac": "losses/clipfrac",
+}
+
+
+def tracker_tag(key: str) -> str:
+    """A history key's name in the trackers: ``sps`` -> ``charts/SPS``, ``clip_frac`` -> ``losses/clipfrac``,
+    ``policy_loss`` -> ``losses/policy_loss`` (CleanRL's names)."""
+    return CLEANRL_TAGS.get(key, f"losses/{key}")
+
+
 def _iteration(cfg: ControlConfig, it: int, learner: Learner, loop: LoopState, result: TrainResult, start: float,
                tracker: Tracker, total: int, dist: Distributed) -> bool:
     """One iteration of ``total``: the learner, history, trackers, evaluation (rank 0's, its verdict sent to every
@@ -278,7 +297,8 @@ def _iteration(cfg: ControlConfig, it: int, learner: Learner, loop: LoopState, r
     for k, v in row.items():
         result.history.setdefault(k, []).append(v)
     if should_log(it, cfg.logging_steps, total):
-        tracker.log({k: v for k, v in row.items() if k not in ("iteration", "env_steps")}, loop.env_steps, "train/")
+        tracker.log({tracker_tag(k): v for k, v in row.items() if k not in ("iteration", "env_steps")},
+                    loop.env_steps)
     if not (cfg.eval_every_steps and (loop.env_steps >= loop.next_eval or it == total)):
         return False
     loop.next_eval = (loop.env_steps // cfg.eval_every_steps + 1) * cfg.eval_every_steps
@@ -287,7 +307,7 @@ def _iteration(cfg: ControlConfig, it: int, learner: Learner, loop: LoopState, r
     ev = dist.from_main(ev)  # every rank stops (target_return) when rank 0 does
     result.history["eval_step"].append(loop.env_steps)
     result.history["eval_return"].append(ev)
-    tracker.log({"return": ev}, loop.env_steps, "eval/")
+    tracker.log({"eval/episodic_return": ev}, loop.env_steps)
     if cfg.target_return is not None and ev >= cfg.target_return and result.solved_at_step is None:
         result.solved_at_step = loop.env_steps
         result.solved_at_seconds = time.perf_counter() - start
