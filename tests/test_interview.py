@@ -68,9 +68,6 @@ def test_unknown_ids_topics_and_seeds_are_clear_errors():
 #: to exactly one cell like every other entry (delete the line then: a pending section that exists fails below).
 PENDING_SECTIONS = {
     ("notebooks/04_ppo.ipynb", "Dual-clip PPO"),
-    ("notebooks/12_grpo_pretrained_model.ipynb", "LoRA pitfalls in RL"),
-    ("notebooks/12_grpo_pretrained_model.ipynb", "Reward hacking on a real model"),
-    ("notebooks/12_grpo_pretrained_model.ipynb", "Leaving one process"),
 }
 
 
