@@ -44,6 +44,11 @@ def _missing() -> str | None:
     return None
 
 
+def _plain_quotes(text: str) -> str:
+    """``text`` with typographic quotes made straight, as they were written in the notebook."""
+    return text.translate(str.maketrans({"\u2019": "'", "\u2018": "'", "\u201c": '"', "\u201d": '"'}))
+
+
 def _title(notebook: Path) -> str:
     """The notebook's first level-1 Markdown heading, as the page's <h1> shows it."""
     for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
@@ -131,7 +136,8 @@ def test_site_builds_and_renders_in_a_browser(site):
                 errors.clear()
                 page.goto(built.as_uri(), wait_until="load")
                 h1 = page.locator("article h1").first.inner_text()
-                if title not in h1:
+                # Sphinx typesets quotes (smartquotes): ' and " arrive curly
+                if _plain_quotes(title) not in _plain_quotes(h1):
                     problems.append(f"{name}: title {h1!r}, expected {title!r}")
                 # plots: every output image on the page has loaded (a plot of zero width did not)
                 widths = page.locator("article .cell_output img").evaluate_all("i => i.map(x => x.naturalWidth)")
