@@ -277,6 +277,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         failure = f"{type(exc).__name__}: {_one_line(exc)}"
     else:
         loaded = provenance.loaded_modules(nb.cells.pop())
+        # and what the cells import in a branch this run did not take (a GPU-only import): their code is recorded
+        # too, so the record names every module a cell names
+        loaded = set(loaded) | provenance.code_imports(provenance.notebook_code(nb))
         kind = "smoke" if is_smoke() else "full"
         provenance.record(nb, kind, entry={"mode": kind, "code": {m: made_with[m] for m in loaded if m in made_with}})
         _save_partial(nb, out, None)
