@@ -207,6 +207,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         mode = f"smoke mode ({SMOKE_ENV_VAR}={os.environ[SMOKE_ENV_VAR]} in the environment)"
     else:
         mode = "full mode (the real configuration; --smoke for a quick check)"
+    # the kernel inherits the environment: committed figures at 72 dpi (minigrpo_course/matplotlibrc)
+    os.environ.setdefault("MATPLOTLIBRC", str(Path(__file__).with_name("matplotlibrc")))
     print(f"running {_shown(source)} in {mode}, at most {args.timeout} s per cell; "
           f"writing {_shown(out)}", flush=True)
 

@@ -457,3 +457,17 @@ def test_run_records_the_modules_the_kernel_imported_and_removes_its_probe(tmp_p
     assert nb.metadata["minigrpo"] == {"mode": "full", "code": {m: before[m] for m in ("minigrpo", "minigrpo.smoke")}}
     assert main(["run", str(source), "--output", "smoke.ipynb", "--smoke"]) == 0
     assert nbformat.read(tmp_path / "smoke.ipynb", as_version=4).metadata["minigrpo"]["mode"] == "smoke"
+
+
+def test_run_gives_the_kernel_72_dpi_figures(tmp_path, monkeypatch):
+    """Committed figures are drawn at 72 dpi (the kernel inherits MATPLOTLIBRC), which keeps notebooks small."""
+    import matplotlib
+    import nbclient
+
+    source = _course(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
+    monkeypatch.delenv("MATPLOTLIBRC", raising=False)
+    assert main(["run", str(source), "--output", "out.ipynb"]) == 0
+    rc = matplotlib.rc_params_from_file(os.environ["MATPLOTLIBRC"], use_default_template=False)
+    assert rc["figure.dpi"] == 72
