@@ -96,7 +96,7 @@ def ppo_epochs(cfg: PPOConfig, agent: ActorCritic, opt: torch.optim.Optimizer, b
     stops after an epoch whose last minibatch's approx_kl exceeds ``target_kl``. Returns the last minibatch's
     losses and statistics, and clip_frac averaged over every minibatch (see the module's docstring).
 
-    ``ranks`` (several processes) appears on three lines, each the identity in one process: the advantages are
+    ``ranks`` (several processes) appears on four lines, each the identity in one process: the advantages are
     standardised over the global minibatch, the gradients are its mean, and every rank tests its approx_kl."""
     ranks = ranks or Distributed()  # one process: every collective is the identity
     obs, actions, old_logp, advantages, returns, old_values = batch  # (n, ...) each: n = num_envs · num_steps
