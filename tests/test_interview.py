@@ -66,9 +66,7 @@ def test_unknown_ids_topics_and_seeds_are_clear_errors():
 #: lesson sections that issue 24 asked the lesson editors to write, with these exact titles, and that bank entries
 #: already point at. Until a section exists its entries are an expected failure; from then on the test holds them
 #: to exactly one cell like every other entry (delete the line then: a pending section that exists fails below).
-PENDING_SECTIONS = {
-    ("notebooks/04_ppo.ipynb", "Dual-clip PPO"),
-}
+PENDING_SECTIONS: set[tuple[str, str]] = set()
 
 
 def _cells_with(notebook: str, fragment: str) -> list[int]:
