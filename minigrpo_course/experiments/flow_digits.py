@@ -16,8 +16,9 @@ Measured (seeds 0-2, 60 GRPO steps of ``DIGITS_RECIPE``, this course's 2-core CP
     | flow  | ODE     | 0.724 ± 0.026      | 0.919 ± 0.024      | 0.71→0.93, 0.71→0.94, 0.75→0.89   |
 
 (± is the sample sd over the 3 seeds, n − 1, as :func:`results_table` now reports it; that run printed the
-population sd, and these are it × √1.5, so each may be 0.001 off.) With the same training budget the flow base starts higher (0.72 vs 0.54) and GRPO
-lifts both past 0.86; the SDE-trained flow policy improves its deterministic ODE sampler just as much.
+population sd, and these are it × √1.5, so each may be 0.001 off.) With the same training budget the flow base
+starts higher (0.72 vs 0.54) and GRPO lifts both past 0.86; the SDE-trained flow policy improves its deterministic
+ODE sampler just as much.
 
     from minigrpo_course.experiments.flow_digits import flow_vs_ddpm, results_table
     rows = flow_vs_ddpm(seeds=(0, 1, 2))
