@@ -11,8 +11,9 @@ The recipe is lesson 09's (:mod:`minigrpo.diffusion.grpo`) with the parts a real
 3. the VAE decodes the final latents, the **reward functions** score ``(images in [0, 1], prompts)``; their
    weighted sum gives per-prompt group advantages (``group_advantages``, clipped to ±``adv_clip_max``);
 4. a random ``timestep_fraction`` of each chain's steps with σ ≥ ``min_step_std`` is trained on (**timestep
-   subsampling**: DDPO's ``train.timestep_fraction``; lesson 09 shows the smallest-σ steps cost reward): rows (chain, step) are shuffled, split into ``num_minibatches`` optimizer steps,
-   each accumulated over micro-batches of ``train_batch_size`` rows (a large UNet fits only a few rows at once);
+   subsampling**: DDPO's ``train.timestep_fraction``; lesson 09 shows the smallest-σ steps cost reward): rows
+   (chain, step) are shuffled, split into ``num_minibatches`` optimizer steps, each accumulated over micro-batches
+   of ``train_batch_size`` rows (a large UNet fits only a few rows at once);
 5. only the **LoRA** adapters train (``peft_config``); with β > 0 the exact per-step KL is to the same UNet
    with its adapters off (no second copy of the weights).
 
