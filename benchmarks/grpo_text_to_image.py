@@ -6,8 +6,9 @@
 ``gpu``: a UNet, VAE and CLIP text encoder with Stable Diffusion 1.5's shapes (UNet 320/640/1280/1280
 channels, cross-attention 768; VAE 128/256/512/512; CLIP ViT-L/14's text tower, 77 tokens), **random
 weights** in bf16 (nothing is downloaded: the timings and memory depend on the shapes, not the values),
-512×512 images (64×64×4 latents), DDIM η = 1 with 20 steps, guidance 7.5 inside the policy, 8 prompts ×
-G = 4 per step, ColourReward on the decoded images. Variants: LoRA (r = 16 on to_q/to_k/to_v/to_out.0)
+512×512 images (64×64×4 latents), DDIM η = 1 with 20 steps, the last two (σ ≈ 0.04, 0.02) not trained on
+(``min_step_std=0.05``, as in lesson 13's SD-1.5 recipe), guidance 7.5 inside the policy, 8 prompts × G = 4 per
+step, ColourReward on the decoded images. Variants: LoRA (r = 16 on to_q/to_k/to_v/to_out.0)
 training every step; LoRA with timestep subsampling (``timestep_fraction`` 0.5 and 0.25); and, for
 contrast, every UNet weight trained (0.25 of the steps). Each: one warm-up step, then the mean of
 ``--steps`` steps; the peak is ``torch.cuda.max_memory_allocated`` over the measured steps.
@@ -42,8 +43,12 @@ PROMPTS = ["a photo of a red car", "a blue flower", "a green apple", "a yellow h
 PRESETS = {
     "tiny": dict(prompts_per_step=2, num_generations=4, num_inference_steps=10, guidance_scale=7.5,
                  train_batch_size=None, lora_r=4),
+    # min_step_std 0.05: SD's DDIM chain at η = 1 ends with σ ≈ 0.041 and 0.021 (for 10, 20 or 50 steps alike; the
+    # others are ≥ 0.17 at 20 steps), and a step's ∇log π grows as 1/σ: those two are mostly noise, and lesson 09 /
+    # deep dive 09a measured that training on such steps costs reward (0.76 → 0.52 on the digits). 0.05 drops just
+    # them, as lesson 13's SD-1.5 recipe does. The tiny preset keeps every step (its published timings stay comparable).
     "gpu": dict(prompts_per_step=8, num_generations=4, num_inference_steps=20, guidance_scale=7.5,
-                train_batch_size=8, lora_r=16),
+                train_batch_size=8, lora_r=16, min_step_std=0.05),
 }
 #: (label, LoRA?, timestep_fraction)
 VARIANTS = [("LoRA, all steps", True, 1.0), ("LoRA, timestep_fraction 0.5", True, 0.5),
@@ -94,7 +99,8 @@ def measure(base: TextToImagePolicy, preset: dict, lora: bool, fraction: float, 
                                 num_generations=preset["num_generations"],
                                 num_inference_steps=preset["num_inference_steps"],
                                 guidance_scale=preset["guidance_scale"], timestep_fraction=fraction,
-                                train_batch_size=preset["train_batch_size"], learning_rate=1e-4 if lora else 1e-5)
+                                train_batch_size=preset["train_batch_size"], learning_rate=1e-4 if lora else 1e-5,
+                                min_step_std=preset.get("min_step_std", 0.0))
     peft = LoraConfig(r=preset["lora_r"], lora_alpha=preset["lora_r"], target_modules=list(UNET_LORA_TARGETS))
     trainer = TextToImageGRPOTrainer(policy, ColourReward(), PROMPTS, cfg, peft_config=peft if lora else None)
     trainer.step()  # warm-up (kernels, allocator)
@@ -141,7 +147,8 @@ def main() -> None:
             base = tiny_components(folder, seed=0)
             where = f"CPU ({torch.get_num_threads()} threads), float32, tiny random components, 16x16 (8x8 latents)"
     P, G, K = preset["prompts_per_step"], preset["num_generations"], preset["num_inference_steps"]
-    print(f"{where}; torch {torch.__version__}; {P} prompts x G={G}, DDIM eta=1, {K} steps, "
+    floor = f" (steps with sigma < {preset['min_step_std']} not trained on)" if preset.get("min_step_std") else ""
+    print(f"{where}; torch {torch.__version__}; {P} prompts x G={G}, DDIM eta=1, {K} steps{floor}, "
           f"guidance {preset['guidance_scale']} (UNet batch doubled); {steps} measured steps after 1 warm-up")
     print(f"{'variant':36s} {'trainable':>11s} {'s/step':>8s} {'sampling':>9s} {'peak GiB':>9s}")
     for label, lora, fraction in VARIANTS:

@@ -243,6 +243,15 @@ def _base_folder(cache_dir: str | Path | None, config: dict) -> Path:
     return (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / base_config_hash(config)
 
 
+def digits_and_unet(config: dict, seed: int) -> tuple[torch.Tensor, torch.Tensor, UNet2DModel]:
+    """The training digits at ``config["image_size"]`` and a fresh class-conditional UNet of the config's shape, seeded
+    with ``seed``: what the DDPM and the flow-matching base models both start from."""
+    images, labels = load_digits_images(config["image_size"])
+    unet = make_unet(config["image_size"], NUM_CLASSES, tuple(config["block_out_channels"]), config["layers_per_block"],
+                     config["norm_num_groups"], seed=seed)
+    return images, labels, unet
+
+
 def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress: bool = True,
                     **overrides) -> tuple[UNet2DModel, DDPMScheduler]:
     """The trained base model ``(unet, scheduler)``: loaded from the cache, or trained and cached.
@@ -256,24 +265,29 @@ def pretrained_base(cache_dir: str | Path | None = None, seed: int = 0, progress
     folder = _base_folder(cache_dir, config)
     if (folder / "train.json").is_file():
         return load_base_model(folder)
-    images, labels = load_digits_images(config["image_size"])
-    unet = make_unet(config["image_size"], NUM_CLASSES, tuple(config["block_out_channels"]), config["layers_per_block"],
-                     config["norm_num_groups"], seed=seed)
+    images, labels, unet = digits_and_unet(config, seed)
     scheduler = make_scheduler(config["num_train_timesteps"], config["beta_schedule"])
     start = time.perf_counter()
     losses = train_ddpm(unet, scheduler, images, labels, steps=config["steps"], batch_size=config["batch_size"],
                         lr=config["lr"], seed=seed, p_uncond=config["p_uncond"], progress=progress)
     seconds = time.perf_counter() - start
+    cache_trained_model(folder, unet, scheduler, {"config": config, "seconds": seconds, "losses": losses})
+    return unet, scheduler
+
+
+def cache_trained_model(folder: Path, unet: UNet2DModel, scheduler: SchedulerMixin, log: dict) -> None:
+    """Put a freshly trained ``(unet, scheduler)`` and its ``train.json`` (``log``) in the cache ``folder``
+    (``unet/``, ``scheduler/``, ``train.json``): written to a temporary folder beside it and renamed, so an
+    interrupted run never leaves half a model; if another process cached the same config first, theirs is kept."""
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
     tmp.chmod(0o755)  # mkdtemp makes it private; a cache is not
     save_base_model(unet, scheduler, tmp)
-    (tmp / "train.json").write_text(json.dumps({"config": config, "seconds": seconds, "losses": losses}))
+    (tmp / "train.json").write_text(json.dumps(log))
     try:
         tmp.rename(folder)
     except OSError:  # another process cached the same config first: keep theirs
         shutil.rmtree(tmp, ignore_errors=True)
-    return unet, scheduler
 
 
 def base_training_log(cache_dir: str | Path | None = None, seed: int = 0, **overrides) -> dict | None:

@@ -51,10 +51,7 @@ train a flow model unchanged: ``make_process`` builds a FlowProcess when the sch
 from __future__ import annotations
 
 import copy
-import json
 import math
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -63,9 +60,9 @@ import torch.nn.functional as F
 from diffusers import FlowMatchEulerDiscreteScheduler, UNet2DModel
 
 from ..infra.checks import check_value
-from .data import NUM_CLASSES, load_digits_images
-from .ddpm import _check_images, base_config_hash, check_labels, default_cache_dir, train_denoiser
-from .models import make_unet, null_class
+from .ddpm import (_check_images, base_config_hash, cache_trained_model, check_labels, default_cache_dir,
+                   digits_and_unet, train_denoiser)
+from .models import null_class
 from .sampler import Chain, ModelFn, _check_reduction, gaussian_logprob, unet_output
 
 #: Flow-GRPO's default noise level a (its SD3 recipe).
@@ -343,22 +340,11 @@ def pretrained_flow_base(cache_dir: str | Path | None = None, seed: int = 0, pro
     folder = (Path(cache_dir) if cache_dir is not None else default_cache_dir()) / f"flow-{base_config_hash(config)}"
     if (folder / "train.json").is_file():
         return load_flow_model(folder)
-    images, labels = load_digits_images(config["image_size"])
-    unet = make_unet(config["image_size"], NUM_CLASSES, tuple(config["block_out_channels"]), config["layers_per_block"],
-                     config["norm_num_groups"], seed=seed)
+    images, labels, unet = digits_and_unet(config, seed)
     scheduler = make_flow_scheduler(config["num_train_timesteps"], config["shift"])
     start = time.perf_counter()
     losses = train_flow(unet, scheduler, images, labels, config["steps"], config["batch_size"], config["lr"], seed,
                         config["p_uncond"], config["time_sampling"], progress=progress)
     seconds = time.perf_counter() - start
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
-    tmp.chmod(0o755)
-    unet.save_pretrained(tmp / "unet")
-    scheduler.save_pretrained(tmp / "scheduler")
-    (tmp / "train.json").write_text(json.dumps({"config": config, "seconds": seconds, "losses": losses}))
-    try:
-        tmp.rename(folder)
-    except OSError:  # another process cached the same config first: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
+    cache_trained_model(folder, unet, scheduler, {"config": config, "seconds": seconds, "losses": losses})
     return unet, scheduler

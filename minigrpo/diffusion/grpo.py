@@ -60,6 +60,7 @@ from tqdm.auto import tqdm
 from minigrpo.infra.checks import (at_least, check_config_types, check_finite, config_error, non_negative, one_of,
                                    positive)
 from minigrpo.advantages import SCALES, group_advantages
+from minigrpo.infra.atomic import atomic_folder
 from minigrpo.infra.distributed import Distributed
 from minigrpo.diffusion.sampler import (REDUCTIONS, Chain, ModelFn, ReverseProcess, ddim_scheduler,
                                         gaussian_kl_same_std, unet_output)
@@ -159,6 +160,22 @@ def check_rewards(rewards, n: int) -> torch.Tensor:
     return r
 
 
+def trainable_steps(stds: torch.Tensor, min_step_std: float = 0.0) -> torch.Tensor:
+    """``[K]`` bool: the steps of a chain with per-step σ ``stds`` that may be trained on, the stochastic ones (σ > 0)
+    with σ ≥ ``min_step_std``; a ValueError in one sentence when that leaves none."""
+    keep = (stds > 0) & (stds >= min_step_std)
+    if not keep.any():
+        largest = float(stds.max()) if stds.numel() else 0.0
+        raise ValueError(f"min_step_std={min_step_std:g} leaves no step to train on: the largest σ of the chain is "
+                         f"{largest:.3g} (lower min_step_std, or raise eta)")
+    return keep
+
+
+def process_stds(process: ReverseProcess) -> torch.Tensor:
+    """``[K]`` the σ of each step of ``process``'s chain (what ``Chain.stds`` records), without sampling one."""
+    return process.std(process.timesteps).float()
+
+
 def select_steps(stochastic: torch.Tensor, num_chains: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
     """``[num_chains, n]`` step indices: for each chain a random ``fraction`` of its stochastic steps."""
     usable = stochastic.nonzero().squeeze(-1)
@@ -244,6 +261,7 @@ class DiffusionGRPOTrainer:
         self.dist = Distributed()  # one process: every collective is the identity
         self.dist.broadcast_parameters(model)  # every rank starts from rank 0's weights (and copies its reference)
         self.process = make_process(scheduler, cfg, model_fn)
+        trainable_steps(process_stds(self.process), cfg.min_step_std)  # a min_step_std that leaves no step: fail now
         self.ref = frozen_reference(model, cfg.beta, ref_model)
         self.opt = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.gen = torch.Generator().manual_seed(self.dist.seed(cfg.seed))  # rank 0: cfg.seed; the others their own
@@ -271,7 +289,7 @@ class DiffusionGRPOTrainer:
         # One advantage per chain, given to each of its steps: the reward arrives only at the end.
         adv = self.advantages(rewards).to(device)  # (B,) against its group, clipped to ±adv_clip_max
         # Timestep subsampling (DDPO): a random timestep_fraction of each chain's steps with σ ≥ min_step_std.
-        trainable = chain.stochastic & (chain.stds >= cfg.min_step_std)  # (K,)
+        trainable = trainable_steps(chain.stds, cfg.min_step_std)  # (K,) stochastic, σ ≥ min_step_std
         steps = select_steps(trainable, B, cfg.timestep_fraction, self.gen).to(device)  # (B, n)
         sample_time = time.perf_counter() - t0
         ref_mean = None  # with β > 0: the frozen base's Gaussian means at those rows, for the exact KL
@@ -346,13 +364,15 @@ class DiffusionGRPOTrainer:
 
     def save_checkpoint(self, folder: str | Path | None = None) -> Path:
         """A resumable checkpoint (default: ``output_dir/checkpoint-<step>``): the weights (``save_pretrained``
-        when the model has it), and the optimizer, every random state, the step and the history."""
+        when the model has it), and the optimizer, every random state, the step and the history. Written whole or
+        not at all: a crash mid-save leaves the folder's previous checkpoint as it was."""
         if folder is None and self.cfg.output_dir is None:
             raise ValueError("save_checkpoint() needs a folder, or DiffusionGRPOConfig.output_dir to put "
                              "checkpoint-<step> in")
         folder = Path(folder) if folder is not None else checkpoint_folder(self.cfg.output_dir, self.step_count)
-        save_weights(self.model, folder)
-        save_state(folder, trainer_state(self), asdict(self.cfg))
+        with atomic_folder(folder) as tmp:  # written beside, then renamed into place: never half a checkpoint
+            save_weights(self.model, tmp, final_folder=folder)
+            save_state(tmp, trainer_state(self), asdict(self.cfg))
         return folder
 
     def load_checkpoint(self, folder: str | Path) -> None:

@@ -13,7 +13,6 @@ batches: checks that everything runs, not that it learns.
 
 from __future__ import annotations
 
-import json
 import time
 import typing
 from dataclasses import dataclass, field, fields, replace
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from minigrpo.infra.atomic import atomic_write_json
 from minigrpo.diffusion.grpo import (DIGITS_RECIPE, DIGITS_REWARD, DiffusionGRPOConfig, DiffusionGRPOResult,
                                      DiffusionGRPOTrainer, make_process, sample_rewards)
 
@@ -106,15 +106,13 @@ def run_digits(config: DiffusionGRPOConfig, seed: int = 0, smoke: bool = False, 
 
 
 def save_diffusion_run(folder: str | Path, run: DiffusionRunResult, **extra) -> Path:
-    """``folder/results.json``: the config, ``extra`` (seed, smoke, device), rewards before/after, times, history."""
+    """``folder/results.json``: the config, ``extra`` (seed, smoke, device), rewards before/after, times, history;
+    written whole or not at all (a crash mid-write leaves the previous file)."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     record = {"recipe": "digits", "config": run.result.config, **extra, "seconds": run.seconds,
               "reward_before": run.before, "reward_after": run.after, "num_eval": run.num_eval,
               "history": run.result.history}
-    path = folder / "results.json"
-    path.write_text(json.dumps(record, indent=1, default=str))
-    return path
+    return atomic_write_json(folder / "results.json", record, indent=1, default=str)
 
 
 __all__ = ["DIFFUSION_RECIPES", "DiffusionRunResult", "EVAL_PER_CLASS", "SMOKE_BASE_STEPS", "digits_base",

@@ -10,9 +10,10 @@ The recipe is lesson 09's (:mod:`minigrpo.diffusion.grpo`) with the parts a real
    recomputed ones and so the ratios are those of the guided sampler;
 3. the VAE decodes the final latents, the **reward functions** score ``(images in [0, 1], prompts)``; their
    weighted sum gives per-prompt group advantages (``group_advantages``, clipped to ±``adv_clip_max``);
-4. a random ``timestep_fraction`` of each chain's steps is trained on (**timestep subsampling**: DDPO's
-   ``train.timestep_fraction``): rows (chain, step) are shuffled, split into ``num_minibatches`` optimizer steps,
-   each accumulated over micro-batches of ``train_batch_size`` rows (a large UNet fits only a few rows at once);
+4. a random ``timestep_fraction`` of each chain's steps with σ ≥ ``min_step_std`` is trained on (**timestep
+   subsampling**: DDPO's ``train.timestep_fraction``; lesson 09 shows the smallest-σ steps cost reward): rows
+   (chain, step) are shuffled, split into ``num_minibatches`` optimizer steps, each accumulated over micro-batches
+   of ``train_batch_size`` rows (a large UNet fits only a few rows at once);
 5. only the **LoRA** adapters train (``peft_config``); with β > 0 the exact per-step KL is to the same UNet
    with its adapters off (no second copy of the weights).
 
@@ -31,9 +32,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from minigrpo.infra.atomic import atomic_folder
 from minigrpo.infra.checks import at_least, check_config_types, config_error, non_negative, one_of, positive
 from minigrpo.advantages import SCALES, group_advantages
-from minigrpo.diffusion.grpo import STEP_STATS, check_rewards, grpo_step_loss, select_steps
+from minigrpo.diffusion.grpo import (STEP_STATS, check_rewards, grpo_step_loss, process_stds, select_steps,
+                                     trainable_steps)
 from minigrpo.diffusion.sampler import REDUCTIONS, Chain, ReverseProcess, ddim_scheduler
 from minigrpo.diffusion.text_to_image import PromptEmbeds, TextToImagePolicy, with_prompts
 from minigrpo.grpo_common import frozen_reference, mean_of, reference_policy, reward_metrics
@@ -66,6 +69,9 @@ class TextToImageGRPOConfig:
     scale_rewards: str = "group"  #: "group", "batch" or "none" (see group_advantages)
     reward_weights: list[float] | None = None  #: one weight per reward function (None: all 1)
     timestep_fraction: float = 1.0  #: share of each chain's steps trained on (DDPO: train.timestep_fraction)
+    #: steps with σ below this are not trained on (their ∇log π ∝ 1/σ is mostly noise; lesson 09: 0.05 on the digits);
+    #: 0 trains on every stochastic step. Stable Diffusion's DDIM chain at η = 1 ends with σ ≈ 0.04 and 0.02
+    min_step_std: float = 0.0
     num_iterations: int = 1  #: μ, passes over each rollout
     num_minibatches: int = 1  #: optimizer steps per pass (the rows (chain, step) split into this many)
     train_batch_size: int | None = None  #: rows per forward/backward, gradients accumulated (None: a whole minibatch)
@@ -82,7 +88,7 @@ class TextToImageGRPOConfig:
         if not self.eta > 0:
             raise config_error(self, "eta", "> 0 for training", "with eta=0 DDIM (or the flow ODE) is deterministic: "
                                                                 "a step has no density, so no log-prob and no ratio")
-        non_negative(self, "eta", "beta", "weight_decay")
+        non_negative(self, "eta", "beta", "weight_decay", "min_step_std")
         if not self.guidance_scale >= 1:
             raise config_error(self, "guidance_scale", ">= 1", "1 is the conditional model alone, w > 1 guides")
         one_of(self, "logprob_reduction", REDUCTIONS)
@@ -178,6 +184,7 @@ class TextToImageGRPOTrainer:
         self.ref = frozen_reference(self.unet, cfg.beta)  # None with adapters: π_ref = adapters off
         self.opt = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.process = make_process(policy.scheduler, cfg)
+        trainable_steps(process_stds(self.process), cfg.min_step_std)  # a min_step_std that leaves no step: fail now
         self.gen = torch.Generator().manual_seed(cfg.seed)
         self.step_count, self.history = 0, {}
 
@@ -227,7 +234,8 @@ class TextToImageGRPOTrainer:
         adv = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards)
         adv = adv.clamp(-cfg.adv_clip_max, cfg.adv_clip_max).to(labels.device)  # (B,) one per chain
         B = labels.numel()
-        steps = select_steps(chain.stochastic, B, cfg.timestep_fraction, self.gen).to(labels.device)  # (B, n)
+        trainable = trainable_steps(chain.stds, cfg.min_step_std)  # (K,) stochastic, σ ≥ min_step_std
+        steps = select_steps(trainable, B, cfg.timestep_fraction, self.gen).to(labels.device)  # (B, n)
         sample_time = time.perf_counter() - t0
         ref_mean = self.reference_means(process, chain, steps) if cfg.beta > 0 else None
         return TextToImageRollout(prompts, process, chain, images, rewards, parts, adv, steps, ref_mean, sample_time)
@@ -308,10 +316,12 @@ class TextToImageGRPOTrainer:
         return TextToImageGRPOResult(self.policy, self.history, asdict(self.cfg))
 
     def save_adapter(self, folder) -> None:
-        """The LoRA adapters alone (``unet.save_pretrained``: adapter_config.json + adapter weights)."""
+        """The LoRA adapters alone (``unet.save_pretrained``: adapter_config.json + adapter weights), written whole or
+        not at all: ``folder`` becomes the new adapters, or stays as it was if the save fails midway."""
         if not hasattr(self.unet, "peft_config"):
             raise ValueError("the UNet has no adapters to save: save the whole policy with policy.save_pretrained")
-        self.unet.save_pretrained(str(folder))
+        with atomic_folder(folder) as tmp:  # written beside, then renamed into place
+            self.unet.save_pretrained(str(tmp))
 
 
 __all__ = ["RewardFunc", "TextToImageGRPOConfig", "TextToImageGRPOResult", "TextToImageGRPOTrainer",

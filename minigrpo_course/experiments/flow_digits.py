@@ -11,12 +11,14 @@ deterministic ODE sampler (Flow-GRPO trains with the SDE and evaluates with the 
 Measured (seeds 0-2, 60 GRPO steps of ``DIGITS_RECIPE``, this course's 2-core CPU, 32 min for the six runs):
 
     | model | sampler | reward before      | reward after       | per seed                          |
-    | DDPM  | DDIM η=1| 0.539 ± 0.038      | 0.865 ± 0.006      | 0.59→0.87, 0.52→0.86, 0.50→0.86   |
-    | flow  | SDE a=.7| 0.725 ± 0.005      | 0.916 ± 0.017      | 0.72→0.93, 0.72→0.93, 0.73→0.89   |
-    | flow  | ODE     | 0.724 ± 0.021      | 0.919 ± 0.020      | 0.71→0.93, 0.71→0.94, 0.75→0.89   |
+    | DDPM  | DDIM η=1| 0.539 ± 0.047      | 0.865 ± 0.007      | 0.59→0.87, 0.52→0.86, 0.50→0.86   |
+    | flow  | SDE a=.7| 0.725 ± 0.006      | 0.916 ± 0.021      | 0.72→0.93, 0.72→0.93, 0.73→0.89   |
+    | flow  | ODE     | 0.724 ± 0.026      | 0.919 ± 0.024      | 0.71→0.93, 0.71→0.94, 0.75→0.89   |
 
-(± is the std over seeds.) With the same training budget the flow base starts higher (0.72 vs 0.54) and GRPO
-lifts both past 0.86; the SDE-trained flow policy improves its deterministic ODE sampler just as much.
+(± is the sample sd over the 3 seeds, n − 1, as :func:`results_table` now reports it; that run printed the
+population sd, and these are it × √1.5, so each may be 0.001 off.) With the same training budget the flow base
+starts higher (0.72 vs 0.54) and GRPO lifts both past 0.86; the SDE-trained flow policy improves its deterministic
+ODE sampler just as much.
 
     from minigrpo_course.experiments.flow_digits import flow_vs_ddpm, results_table
     rows = flow_vs_ddpm(seeds=(0, 1, 2))
@@ -38,6 +40,7 @@ from minigrpo.diffusion.grpo import (DIGITS_RECIPE, DIGITS_REWARD, DiffusionGRPO
                                      make_process, sample_rewards)
 from minigrpo.diffusion.rewards import ClassifierReward, digits_classifier
 from minigrpo.utils import seed_everything
+from minigrpo_course.experiments.stats import spread
 
 KINDS = ("ddpm", "flow")
 EVAL_PER_CLASS = 16  #: evaluation prompts per digit (160 in all), as benchmarks/grpo_diffusion.py
@@ -102,8 +105,10 @@ def flow_vs_ddpm(seeds: Sequence[int] = (0, 1, 2), steps: int | None = None, bas
 
 
 def results_table(rows: list[dict]) -> str:
-    """A Markdown table: per model, reward before → after GRPO as mean ± std over seeds, and per seed."""
-    lines = ["| model | sampler | seeds | reward before | reward after | gain | per seed (before → after) | s/step |",
+    """A Markdown table: per model, reward before → after GRPO as mean ± sample sd over seeds (n − 1,
+    :func:`~minigrpo_course.experiments.stats.spread`), and per seed."""
+    lines = ["| model | sampler | seeds | reward before (mean ± sd) | reward after (mean ± sd) | gain | "
+             "per seed (before → after) | s/step |",
              "|---|---|---|---|---|---|---|---|"]
     for kind in KINDS:
         rs = [r for r in rows if r["kind"] == kind]
@@ -115,7 +120,8 @@ def results_table(rows: list[dict]) -> str:
         for b, a, name in pairs:
             before, after = np.array([r[b] for r in rs]), np.array([r[a] for r in rs])
             per_seed = ", ".join(f"{x:.2f} → {y:.2f}" for x, y in zip(before, after))
-            lines.append(f"| {kind} | {name} | {len(rs)} | {before.mean():.3f} ± {before.std():.3f} | "
-                         f"{after.mean():.3f} ± {after.std():.3f} | {(after - before).mean():+.3f} | {per_seed} | "
+            lines.append(f"| {kind} | {name} | {len(rs)} | {spread(before, per_seed=False)} | "
+                         f"{spread(after, per_seed=False)} | {(after - before).mean():+.3f} | {per_seed} | "
                          f"{np.mean([r['s_per_step'] for r in rs]):.2f} |")
+    lines.append("\nsd: the sample standard deviation over seeds (n − 1)")
     return "\n".join(lines)
