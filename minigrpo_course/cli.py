@@ -157,13 +157,16 @@ def strip_widgets(nb) -> int:
 
 
 def _save_partial(nb, out: Path, stopped_at: int | None) -> None:
-    """Write what ran, without progress-bar widgets (:func:`strip_widgets`): the cells after ``stopped_at`` lose
+    """Write what ran, without progress-bar widgets (:func:`strip_widgets`), its figures compacted
+    (:mod:`minigrpo_course.figures`): the cells after ``stopped_at`` lose
     any outputs left from an older run, so the saved notebook shows where the run stopped."""
     import nbformat
 
+    from minigrpo_course.figures import compact_figures
     from minigrpo_course.state import atomic_write_text
 
     strip_widgets(nb)
+    compact_figures(nb)  # figures as palette PNGs: a third of the bytes, the same picture
     if stopped_at is not None:
         for cell in nb.cells[stopped_at + 1:]:
             if cell.cell_type == "code":

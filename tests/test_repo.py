@@ -22,12 +22,12 @@ PROJECT = PYPROJECT["project"]
 # pip name (with its extra, if any) -> conda-forge name where they differ
 CONDA_NAMES = {"torch": "pytorch", "gymnasium[box2d]": "gymnasium-box2d"}
 # Needed by the course (notebooks, grading, tests), not by the library: the `course` extra.
-COURSE_ONLY = {"matplotlib", "jupyterlab", "ipykernel", "ipywidgets", "nbformat", "nbclient", "nbval", "pytest",
+COURSE_ONLY = {"matplotlib", "pillow", "jupyterlab", "ipykernel", "ipywidgets", "nbformat", "nbclient", "nbval", "pytest",
                "pytest-xdist", "tensorboard", "trl"}
 # Library modules allowed to import a course-only package inside a function (with a clear ImportError without it).
 OPTIONAL_IMPORTS = {"llm/trl_bridge.py": {"trl"}}
 # import name -> distribution name where they differ
-DIST_NAMES = {"sklearn": "scikit-learn", "stable_baselines3": "stable-baselines3", "IPython": "ipython", "yaml": "pyyaml"}
+DIST_NAMES = {"sklearn": "scikit-learn", "stable_baselines3": "stable-baselines3", "IPython": "ipython", "yaml": "pyyaml", "PIL": "pillow"}
 # Installed by the course extra's Jupyter packages themselves (ipykernel, nbclient, jupyterlab).
 WITH_JUPYTER = {"ipython", "jupyter_client", "jupyter_core", "traitlets"}
 # The library is minigrpo/; the course tooling (grading, interview practice, progress, the lessons' experiment
@@ -286,3 +286,26 @@ def test_algorithms_do_not_import_the_course_tooling():
         code = ast.unparse(tree)
         assert "minigrpo_course" not in code and "minigrpo.course" not in code, (
             f"{path.relative_to(ROOT)} imports the course tooling")
+
+
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+@pytest.mark.parametrize("path", LESSONS, ids=lambda p: p.name)
+def test_a_lesson_is_a_core_path_with_a_what_to_remember_box(path):
+    """Issue 26: at most 3,000 words of markdown per lesson (studies live in deep dives), and a box that closes it."""
+    nb = nbformat.read(path, as_version=4)
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    words = len(re.findall(r"\S+", "\n".join(markdown)))
+    assert words <= 3000, f"{path.name} has {words} words of markdown: move a study into a deep dive"
+    boxes = [s for s in markdown if s.startswith("## What to remember")]
+    assert len(boxes) == 1 and 4 <= boxes[0].count("\n- ") <= 7, f"{path.name}: one '## What to remember' box of 4-7"
+
+
+def test_committed_notebook_outputs_stay_lean():
+    """Issue 26: the lessons' and deep dives' committed outputs together under 5 MB (figures at 72 dpi as palette
+    PNGs: `minigrpo run` writes them so; `python -m minigrpo_course.figures` re-encodes committed ones)."""
+    paths = sorted((ROOT / "notebooks").glob("*.ipynb")) + sorted((ROOT / "notebooks" / "deep_dives").glob("*.ipynb"))
+    total = sum(len(json.dumps(c.get("outputs", []))) for p in paths
+                for c in json.loads(p.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code")
+    assert total < 5_000_000, f"committed outputs are {total / 1e6:.1f} MB"
