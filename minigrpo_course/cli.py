@@ -458,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "the notebook runs outside it, and does nothing inside it. Idempotent.")
     colab.add_argument("paths", nargs="*", metavar="PATH",
                        help="notebooks to update (default: notebooks/, notebooks/deep_dives/, solutions/, exercises/)")
-    colab.add_argument("--check", action="store_true", help="only list the notebooks a run would change (exit 1 if any)")
+    colab.add_argument("--check", action="store_true",
+                       help="only list the notebooks a run would change (exit status 1 if any)")
     colab.add_argument("--ref", help="pin this git ref (a commit, a tag) instead of v<version>")
     colab.set_defaults(func=cmd_colab)
 

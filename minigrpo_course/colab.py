@@ -108,7 +108,7 @@ if importlib.util.find_spec("minigrpo_course") is None:
     if torch.cuda.is_available():
         print(f"done; device: cuda ({{torch.cuda.get_device_name(0)}})")
     else:
-        print("done; device: cpu (on Colab, for a GPU: Runtime > Change runtime type > a GPU, then run from the top)")'''
+        print("done; device: cpu (for a GPU on Colab: Runtime > Change runtime type, then run from the top)")'''
 
 
 def colab_cells(rel: Release, path: str) -> list:
@@ -205,7 +205,11 @@ def main(paths: list[str], check: bool = False, ref: str | None = None) -> int:
     if not (root / "pyproject.toml").is_file():
         print(f"minigrpo colab: no pyproject.toml in {root}: run it inside the course's checkout")
         return 2
-    rel = release(root, ref)
+    try:
+        rel = release(root, ref)
+    except (KeyError, ValueError, tomllib.TOMLDecodeError) as exc:
+        print(f"minigrpo colab: {exc}")
+        return 2
     targets = [Path(p) for p in paths] or notebook_paths(root)
     changed = []
     for path in targets:

@@ -82,9 +82,10 @@ def test_each_badge_opens_its_own_notebook_at_the_release():
 
 def test_the_release_is_named_once_in_pyproject():
     assert REL.repository == PROJECT["urls"]["Repository"] == "https://github.com/minigrpo/minigrpo"
+    tag = f"v{PROJECT['version']}"
     assert REL.colab_url("notebooks/00_rl_basics.ipynb") == (
-        "https://colab.research.google.com/github/minigrpo/minigrpo/blob/v0.1.0/notebooks/00_rl_basics.ipynb")
-    assert REL.requirement("course") == "minigrpo[course] @ git+https://github.com/minigrpo/minigrpo@v0.1.0"
+        f"https://colab.research.google.com/github/minigrpo/minigrpo/blob/{tag}/notebooks/00_rl_basics.ipynb")
+    assert REL.requirement("course") == f"minigrpo[course] @ git+https://github.com/minigrpo/minigrpo@{tag}"
     assert colab.release(ROOT, ref="0123abc").ref == "0123abc"
 
 
@@ -98,7 +99,8 @@ def test_the_colab_extra_is_the_course_without_jupyter():
 
 
 #: one notebook of each kind (the check on the checkout above covers every notebook once the tool has run)
-SAMPLES = [ROOT / p for p in ("notebooks/00_rl_basics.ipynb", LESSON_12, "notebooks/deep_dives/10c_kv_cache_designs.ipynb",
+SAMPLES = [ROOT / p for p in ("notebooks/00_rl_basics.ipynb", LESSON_12,
+                              "notebooks/deep_dives/10c_kv_cache_designs.ipynb",
                               "solutions/04_ppo.ipynb", "exercises/04_ppo.ipynb")]
 
 
@@ -157,13 +159,14 @@ def test_the_setup_cell_installs_the_pinned_course_elsewhere(monkeypatch, on_col
     if on_colab:
         monkeypatch.setitem(sys.modules, "google.colab", type(sys)("google.colab"))
     extra = "colab" if on_colab else "course"
-    for path, needs in (("notebooks/00_rl_basics.ipynb", []), (LESSON_12, [["-m", "minigrpo", "models", "fetch", "smollm2"]])):
+    fetch = ["-m", "minigrpo", "models", "fetch", "smollm2"]
+    for path, needs in (("notebooks/00_rl_basics.ipynb", []), (LESSON_12, [fetch])):
         ran.clear()
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             exec(compile(_setup_source(path), path, "exec"), {})
         assert ran == [["-m", "pip", "install", "-q", REL.requirement(extra)], *needs]
-        assert "installing the course (v0.1.0)" in out.getvalue() and "device: c" in out.getvalue()
+        assert f"installing the course ({REL.ref})" in out.getvalue() and "device: c" in out.getvalue()
 
 
 def test_the_command_updates_then_checks(tmp_path, monkeypatch, capsys):
@@ -173,7 +176,8 @@ def test_the_command_updates_then_checks(tmp_path, monkeypatch, capsys):
     lesson = tmp_path / "notebooks" / "00_rl_basics.ipynb"
     nbformat.write(colab.apply(_read(ROOT / "notebooks/00_rl_basics.ipynb"), REL, "x"), lesson)  # a stale badge
     monkeypatch.chdir(tmp_path)
-    assert cli_main(["colab", "--check"]) == 1 and "out of date: notebooks/00_rl_basics.ipynb" in capsys.readouterr().out
+    assert cli_main(["colab", "--check"]) == 1
+    assert "out of date: notebooks/00_rl_basics.ipynb" in capsys.readouterr().out
     assert cli_main(["colab"]) == 0 and "updated: notebooks/00_rl_basics.ipynb" in capsys.readouterr().out
     assert cli_main(["colab", "--check", str(lesson)]) == 0
     assert colab.badge_target(_read(lesson)) == (REL, "notebooks/00_rl_basics.ipynb")
@@ -201,12 +205,13 @@ def wheel(tmp_path_factory) -> Path:
 
 def test_the_wheel_ships_what_the_lessons_read(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    package_data = ["minigrpo_course/matplotlibrc",
-                    *(p.relative_to(ROOT).as_posix() for p in (ROOT / "minigrpo_course/interview/questions").glob("*.md"))]
+    questions = (ROOT / "minigrpo_course/interview/questions").glob("*.md")
+    package_data = ["minigrpo_course/matplotlibrc", *(p.relative_to(ROOT).as_posix() for p in questions)]
     assert len(package_data) > 5
     missing = [f for f in package_data if f not in names]
     assert not missing, f"not in the wheel: {missing}"
-    sources = [p.relative_to(ROOT).as_posix() for pkg in ("minigrpo", "minigrpo_course") for p in (ROOT / pkg).rglob("*.py")]
+    sources = [p.relative_to(ROOT).as_posix() for pkg in ("minigrpo", "minigrpo_course")
+               for p in (ROOT / pkg).rglob("*.py")]
     assert not [f for f in sources if f not in names]
 
 
@@ -243,10 +248,11 @@ def _run_bare(python: Path, notebook: Path, folder: Path, timeout: int = 600) ->
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
     nbformat.write(nb, folder / notebook.name)
     assert sorted(p.name for p in folder.iterdir()) == [notebook.name]
-    done = subprocess.run([str(python), "-m", "minigrpo_course", "run", notebook.name, "--smoke", "--output", "out.ipynb",
-                           "--timeout", str(timeout)], cwd=folder, env=_bare_env(), capture_output=True, text=True,
-                          timeout=timeout * 3)
-    assert done.returncode == 0, f"{notebook.name} failed from a bare folder:\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    done = subprocess.run([str(python), "-m", "minigrpo_course", "run", notebook.name, "--smoke", "--output",
+                           "out.ipynb", "--timeout", str(timeout)], cwd=folder, env=_bare_env(), capture_output=True,
+                          text=True, timeout=timeout * 3)
+    assert done.returncode == 0, (
+        f"{notebook.name} failed from a bare folder:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     ran = _read(folder / "out.ipynb")
     setup = next(c for c in ran.cells if c.get("id") == colab.SETUP)
     assert setup.outputs == [], "the setup cell found no course and tried to install it"
