@@ -32,6 +32,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+# ``path.write_text(text)``, all or nothing (a unique temporary file, fsynced, renamed): for any learner file
+# that is not JSON state, such as an executed notebook, a mock round's transcript, a coding drill's blank page
+from minigrpo.infra.atomic import atomic_write_text
+
 try:
     import fcntl
 except ImportError:  # Windows: no flock; updates are still atomic, only not merged under a lock
@@ -98,45 +102,6 @@ def write_json(path: Path | str, data: Any, what: str = "data") -> None:
         atomic_write_text(path, text)
     except OSError as exc:
         raise UnwritableStateFile(path, f"could not save your {what} to {path} ({_reason(exc)})") from None
-
-
-def atomic_write_text(path: Path | str, text: str) -> Path:
-    """``path.write_text(text)``, all or nothing: a unique temporary file in the same folder (two writers never
-    share a name), flushed and fsynced, then ``os.replace`` onto ``path`` and the folder fsynced. An ``OSError``
-    (a read-only folder, a full disk) leaves ``path`` as it was and no temporary file behind. For any learner file
-    that is not JSON state: an executed notebook, a mock round's transcript, a coding drill's blank page."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # what a plain open() gives, not mkstemp's 0600
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    _fsync_folder(path.parent)
-    return path
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename itself durable (POSIX); best effort elsewhere."""
-    with contextlib.suppress(OSError, AttributeError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def lock_path(path: Path | str) -> Path:

@@ -327,6 +327,83 @@ def test_a_checkpoint_save_that_fails_midway_leaves_the_previous_one(tok, tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
+def _cut(path, how: str) -> None:
+    """A file as a kill -9 during an in-place write leaves it: empty, or without its last bytes."""
+    data = path.read_bytes()
+    path.write_bytes(b"" if how == "empty" else data[: len(data) - 100])
+
+
+@pytest.mark.parametrize("file", ["agent.pt", "trainer_state.pt"])
+@pytest.mark.parametrize("how", ["empty", "truncated"])
+def test_ppo_resume_skips_a_damaged_newest_checkpoint_with_one_warning(tmp_path, file, how):
+    """PPO checkpoints 1-4; the newest with its agent or its state cut: resuming warns once, naming it and the file,
+    and continues from checkpoint-3, reproducing the uninterrupted run exactly."""
+    from minigrpo.control import train_ppo
+
+    straight = train_ppo(ppo_config(), progress=False)
+    train_ppo(ppo_config(output_dir=str(tmp_path), save_steps=1), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint-{i}" for i in (1, 2, 3, 4)]  # no temporaries
+    _cut(tmp_path / "checkpoint-4" / file, how)
+    with pytest.warns(UserWarning) as caught:
+        resumed = train_ppo(ppo_config(output_dir=str(tmp_path), resume_from_checkpoint=True), progress=False)
+    messages = [str(w.message) for w in caught if "damaged checkpoint" in str(w.message)]
+    assert len(messages) == 1 and "checkpoint-4" in messages[0] and file in messages[0], messages
+    assert resumed.history["iteration"] == [1, 2, 3, 4]
+    same_history(straight.history, resumed.history)
+    same_parameters(straight.agent, resumed.agent)
+
+
+def test_ppo_with_no_whole_checkpoint_is_one_sentence_before_any_training(tmp_path, monkeypatch):
+    import minigrpo.control.ppo as ppo
+    from minigrpo.control import train_ppo
+
+    train_ppo(ppo_config(total_timesteps=2 * 120, output_dir=str(tmp_path), save_steps=1), progress=False)
+    _cut(tmp_path / "checkpoint-1" / "trainer_state.pt", "empty")
+    _cut(tmp_path / "checkpoint-2" / "agent.pt", "truncated")
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before finding that no checkpoint is whole")
+
+    monkeypatch.setattr(ppo, "ppo_epochs", no_training)
+    with pytest.warns(UserWarning, match="damaged"), pytest.raises(FileNotFoundError) as info:
+        train_ppo(ppo_config(output_dir=str(tmp_path), resume_from_checkpoint=True), progress=False)
+    assert str(info.value).startswith("PPOConfig.resume_from_checkpoint=True: no checkpoint in")
+    assert "checkpoint-2: agent.pt is damaged" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"checkpoint-1 is damaged \(trainer_state.pt is empty\)"):
+        train_ppo(ppo_config(resume_from_checkpoint=str(tmp_path / "checkpoint-1")), progress=False)
+
+
+def test_a_ppo_save_that_fails_midway_leaves_the_previous_checkpoint(tmp_path, monkeypatch):
+    """A crash while saving checkpoint-2 (after agent.pt was written, in the trainer state) leaves checkpoint-1 whole
+    and no half folder; resuming from it reproduces the uninterrupted run. Saving over an existing checkpoint of the
+    same name replaces it whole."""
+    import minigrpo.control.onpolicy as onpolicy
+    from minigrpo.control import train_ppo
+
+    straight = train_ppo(ppo_config(), progress=False)
+    real_save_state = onpolicy.save_state
+
+    def crash_on_the_second(folder, state, config=None):
+        if state["step"] == 2:
+            assert (folder / "agent.pt").is_file()
+            raise OSError("disk full")
+        real_save_state(folder, state, config)
+
+    monkeypatch.setattr(onpolicy, "save_state", crash_on_the_second)
+    with pytest.raises(OSError, match="disk full"):
+        train_ppo(ppo_config(output_dir=str(tmp_path), save_steps=1), progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+    monkeypatch.setattr(onpolicy, "save_state", real_save_state)
+    resumed = train_ppo(ppo_config(output_dir=str(tmp_path), save_steps=1, resume_from_checkpoint=True),
+                        progress=False)
+    same_history(straight.history, resumed.history)
+    same_parameters(straight.agent, resumed.agent)
+    before = (tmp_path / "checkpoint-4" / "agent.pt").read_bytes()
+    train_ppo(ppo_config(output_dir=str(tmp_path), save_steps=0, total_timesteps=4 * 120 + 1), progress=False)
+    assert (tmp_path / "checkpoint-4" / "agent.pt").read_bytes() == before  # the same run saved again: the same
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"checkpoint-{i}" for i in (1, 2, 3, 4)]
+
+
 def test_atomic_json_keeps_the_old_file_when_a_write_fails(tmp_path):
     import json
     import os

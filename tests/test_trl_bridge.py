@@ -1,4 +1,4 @@
-"""The bridge to TRL (minigrpo/llm/trl_bridge.py): the config conversion, the mapping tables and the README's copy of
+"""The bridge to TRL (minigrpo/llm/trl_bridge.py): the config conversion, the mapping tables and the copy in docs/trl.md of
 them, and one batch fed to both trainers: TRL's own ``compute_loss`` and ours give the same loss and gradient."""
 
 import copy
@@ -16,7 +16,7 @@ from minigrpo.llm.models import build_qwen_like, load_causal_lm
 from minigrpo.llm.trl_bridge import FIELDS, METRICS, readme_section, to_trl_config, trl_grpo_kwargs, unmapped_fields
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-README = Path(__file__).resolve().parents[1] / "README.md"
+TRL_PAGE = Path(__file__).resolve().parents[1] / "docs" / "trl.md"
 PROMPTS = ["1+2=", "3+4=", "5+6=", "7+1="]
 
 
@@ -44,16 +44,16 @@ def test_batch_and_step_units_convert():
         trl_grpo_kwargs(GRPOConfig(prompts_per_step=3, num_generations=2, gradient_accumulation_steps=2), 2)
 
 
-def test_every_field_is_mapped_to_a_real_trl_name_and_the_readme_shows_the_tables():
+def test_every_field_is_mapped_to_a_real_trl_name_and_the_docs_show_the_tables():
     assert not unmapped_fields()
     theirs = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
     assert {m.trl for m in FIELDS if m.trl != "—"} <= theirs
     assert set(trl_grpo_kwargs(GRPOConfig(output_dir="o", eval_every=5))) <= theirs
     assert {"reward", "kl", "entropy", "clip_ratio/region_mean"} <= {m.trl for m in METRICS}
-    text = README.read_text(encoding="utf-8")
+    text = TRL_PAGE.read_text(encoding="utf-8")
     found = re.search(r"<!-- trl-table:begin -->\n(.*?)\n<!-- trl-table:end -->", text, re.S)
-    assert found, "README.md lacks the trl-table markers"
-    assert found.group(1) == readme_section(), "README's TRL tables are stale: paste trl_bridge.readme_section()"
+    assert found, "docs/trl.md lacks the trl-table markers"
+    assert found.group(1) == readme_section(), "docs/trl.md's TRL tables are stale: paste trl_bridge.readme_section()"
 
 
 @pytest.fixture(scope="module")

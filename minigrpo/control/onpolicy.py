@@ -37,6 +37,7 @@ from minigrpo.advantages import gae
 from minigrpo.control.agents import ActorCritic
 from minigrpo.control.config import ControlConfig
 from minigrpo.control.rollouts import Rollout, RolloutCollector, evaluate, make_vec_env
+from minigrpo.infra.atomic import atomic_folder
 from minigrpo.infra.distributed import Distributed
 from minigrpo.losses import value_loss
 from minigrpo.infra.tracking import (Tracker, checkpoint_folder, load_state, resolve_checkpoint, rng_state, save_state,
@@ -191,12 +192,13 @@ class LoopState:
 
 def save_checkpoint(folder: Path, cfg: ControlConfig, agent: ActorCritic, learner: Learner, loop: LoopState,
                     result: TrainResult) -> None:
-    """Agent, learner (optimizer, envs and episode statistics), random states, loop, history."""
-    Path(folder).mkdir(parents=True, exist_ok=True)
-    torch.save(agent.state_dict(), Path(folder, "agent.pt"))
-    save_state(folder, {"step": loop.iteration, "loop": asdict(loop), "history": result.history,
-                        "solved": (result.solved_at_step, result.solved_at_seconds), **learner.state_dict(),
-                        "rng": rng_state()}, asdict(cfg))
+    """Agent, learner (optimizer, envs and episode statistics), random states, loop, history. Written into a
+    temporary folder renamed into place: a crash mid-save leaves the previous checkpoint whole, never half."""
+    with atomic_folder(folder) as tmp:
+        torch.save(agent.state_dict(), tmp / "agent.pt")
+        save_state(tmp, {"step": loop.iteration, "loop": asdict(loop), "history": result.history,
+                         "solved": (result.solved_at_step, result.solved_at_seconds), **learner.state_dict(),
+                         "rng": rng_state()}, asdict(cfg))
 
 
 def load_checkpoint(folder: Path, cfg: ControlConfig, agent: ActorCritic, learner: Learner,

@@ -89,55 +89,53 @@ def _schedule(cfg: PPOConfig, it: int, num_iterations: int | None = None) -> tup
     return lr, cfg.clip_coef * frac if cfg.anneal_clip else cfg.clip_coef
 
 
-def ppo_loss(cfg: PPOConfig, agent: ActorCritic, mb: list[torch.Tensor], clip: float,
-             ranks: Distributed | None = None) -> tuple[torch.Tensor, dict]:
-    """The loss of one minibatch ``(obs, actions, old_logp, advantages, returns, old_values)``:
-    ``clipped_surrogate_loss + vf_coef · value_loss − ent_coef · entropy``; and its parts (tensors) and
-    statistics. ``ranks`` (several processes): ``norm_adv`` uses the mean and std of every rank's minibatch together."""
-    obs, actions, old_logp, adv, ret, old_values = mb
-    dist = agent.dist(obs)
-    logp = dist.log_prob(actions)
-    if cfg.norm_adv:
-        adv = normalize(adv, ranks)
-    pg_loss, stats = clipped_surrogate_loss(logp, old_logp, adv, clip)
-    v_loss = value_loss(agent.value(obs), ret, old_values, clip if cfg.clip_vloss else None)
-    loss = pg_loss + cfg.vf_coef * v_loss
-    if cfg.ent_coef:
-        entropy = dist.entropy().mean()
-        loss = loss - cfg.ent_coef * entropy
-    else:  # keep it out of the graph: it is only logged
-        with torch.no_grad():
-            entropy = dist.entropy().mean()
-    return loss, {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy, **stats}
-
-
 def ppo_epochs(cfg: PPOConfig, agent: ActorCritic, opt: torch.optim.Optimizer, batch: list[torch.Tensor],
                clip: float, ranks: Distributed | None = None) -> dict[str, float]:
-    """Up to ``update_epochs`` passes over the flat ``batch`` in shuffled minibatches, one optimizer step each;
-    stops after an epoch whose last minibatch's approx_kl exceeds ``target_kl``. ``ranks`` (several processes): the
-    gradients are averaged over the ranks before the clip and the step (see the module's docstring)."""
-    ranks = ranks or Distributed()
-    n = batch[0].shape[0]
+    """PPO's update, whole: up to ``update_epochs`` passes over the flat ``batch`` in shuffled minibatches, one
+    optimizer step on each, minimising ``clipped_surrogate_loss + vf_coef · value_loss − ent_coef · entropy``;
+    stops after an epoch whose last minibatch's approx_kl exceeds ``target_kl``. Returns the last minibatch's
+    losses and statistics, and clip_frac averaged over every minibatch (see the module's docstring).
+
+    ``ranks`` (several processes) appears on four lines, each the identity in one process: the advantages are
+    standardised over the global minibatch, the gradients are its mean, and every rank tests its approx_kl."""
+    ranks = ranks or Distributed()  # one process: every collective is the identity
+    obs, actions, old_logp, advantages, returns, old_values = batch  # (n, ...) each: n = num_envs · num_steps
+    n = obs.shape[0]
     mb_size = n // cfg.num_minibatches
     clip_fracs, stopped_early = [], False
     for epoch in range(1, cfg.update_epochs + 1):
-        perm = torch.randperm(n)
+        perm = torch.randperm(n)  # (n,) a new shuffle every epoch
         for start in range(0, n, mb_size):
-            idx = perm[start: start + mb_size]
-            loss, m = ppo_loss(cfg, agent, [x[idx] for x in batch], clip, ranks)
+            idx = perm[start: start + mb_size]  # (b,) this minibatch's samples
+            dist = agent.dist(obs[idx])  # π_θ(·|s), batch shape (b,)
+            logp = dist.log_prob(actions[idx])  # (b,) log π_θ(a|s); the old policy's is old_logp[idx]
+            adv = advantages[idx]  # (b,)
+            if cfg.norm_adv:
+                adv = normalize(adv, ranks)  # (b,) minus the mean, over the std, of every rank's minibatch
+            # ratio = exp(logp − old_logp); loss = −mean(min(ratio·A, clip(ratio, 1 ± ε)·A)); stats: floats
+            pg_loss, stats = clipped_surrogate_loss(logp, old_logp[idx], adv, clip)  # ()
+            values = agent.value(obs[idx])  # (b,) V(s)
+            v_loss = value_loss(values, returns[idx], old_values[idx], clip if cfg.clip_vloss else None)  # ()
+            loss = pg_loss + cfg.vf_coef * v_loss  # ()
+            if cfg.ent_coef:
+                entropy = dist.entropy().mean()  # () mean H(π_θ(·|s)): the bonus rewards a wider policy
+                loss = loss - cfg.ent_coef * entropy  # ()
+            else:
+                with torch.no_grad():  # only logged: kept out of the graph
+                    entropy = dist.entropy().mean()  # ()
             opt.zero_grad()
-            (loss / ranks.world_size if ranks.active else loss).backward()  # the global mean: the ranks' mean
-            ranks.sum_gradients(agent)
+            (loss / ranks.world_size).backward()  # one process: loss; N: this rank's share of the global mean
+            ranks.sum_gradients(agent)  # N processes: the shares summed, the global minibatch's gradient
             torch.nn.utils.clip_grad_norm_(agent.parameters(), cfg.max_grad_norm)
             opt.step()
-            clip_fracs.append(m["clip_frac"])
-        if cfg.target_kl is not None and ranks.sum(m["approx_kl"]) / ranks.world_size > cfg.target_kl:  # all agree
+            clip_fracs.append(stats["clip_frac"])
+        # the last minibatch's approx_kl, of the global minibatch (the ranks' mean): every rank stops together
+        if cfg.target_kl is not None and ranks.sum(stats["approx_kl"]) / ranks.world_size > cfg.target_kl:
             stopped_early = True
             break
-    return {"policy_loss": m["policy_loss"].item(), "value_loss": m["value_loss"].item(),
-            "entropy": m["entropy"].item(), "approx_kl": m["approx_kl"], "clip_frac": float(np.mean(clip_fracs)),
-            "ratio_max": m["ratio_max"], "ratio_min": m["ratio_min"], "epochs_run": epoch,
-            "stopped_early": float(stopped_early)}
+    return {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": entropy.item(),
+            "approx_kl": stats["approx_kl"], "clip_frac": float(np.mean(clip_fracs)), "ratio_max": stats["ratio_max"],
+            "ratio_min": stats["ratio_min"], "epochs_run": epoch, "stopped_early": float(stopped_early)}
 
 
 def make_ppo_update(cfg: PPOConfig):

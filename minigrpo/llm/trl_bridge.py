@@ -18,7 +18,7 @@ Most of our ``GRPOConfig`` carries over by name. Four things trip a learner who 
    first) gets the template.
 
 :data:`FIELDS` and :data:`METRICS` are the mapping as data (ours → TRL's, with a note where meanings differ);
-:func:`markdown_table` renders them for the README's "Graduating to TRL" section (a test keeps the two equal).
+:func:`markdown_table` renders them for docs/trl.md ("Graduating to TRL") (a test keeps the two equal).
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def markdown_table(rows: tuple[Mapping, ...]) -> str:
 
 
 def readme_section() -> str:
-    """The body of the README's "Graduating to TRL" tables (between its two markers)."""
+    """The body of docs/trl.md's TRL tables (between its two markers)."""
     return (f"Configuration (`GRPOConfig` → `trl.GRPOConfig`):\n\n{markdown_table(FIELDS)}\n\n"
             f"Metrics (our history / trackers → TRL's logs):\n\n{markdown_table(METRICS)}")
 
