@@ -81,17 +81,32 @@ def badge_source(rel: Release, path: str) -> str:
     return f"[![Open In Colab]({BADGE_IMAGE})]({rel.colab_url(path)})"
 
 
-def setup_source(rel: Release, path: str) -> str:
+def uses_gpu(nb) -> bool:
+    """Whether the notebook's code picks its device (``get_device``: CUDA when there is one); the others (the
+    control lessons, lesson 08's small denoiser, attention on the CPU) run on the CPU wherever they are."""
+    return any(cell.cell_type == "code" and "get_device" in cell.source for cell in content_cells(nb))
+
+
+def setup_source(rel: Release, path: str, gpu: bool = True) -> str:
     """The setup cell of the notebook at ``path``: nothing where the course is importable; elsewhere install the
-    course at ``rel``, fetch what :data:`NEEDS` lists for it, and say which device the lesson will use."""
+    course at ``rel``, fetch what :data:`NEEDS` lists for it, and say where the notebook will run (``gpu``: it picks
+    CUDA when there is one, else it runs on the CPU anyway)."""
+    if gpu:
+        device = f'''\
+    import torch
+    if torch.cuda.is_available():
+        print(f"done; this notebook runs on the GPU ({{torch.cuda.get_device_name(0)}})")
+    else:
+        print("done; no GPU: this notebook runs on the CPU (Colab: Runtime > Change runtime type, then run all)")'''
+    else:
+        device = '    print("done; this notebook runs on the CPU, GPU or not (its models are small)")'
     needs = ""
     for what, command in NEEDS.get(Path(path).stem, []):
         args = ", ".join(f'"{a}"' for a in command)
         needs += f'    print("{what} ...", flush=True)\n    _run({args})\n'
     return f'''\
 # Setup (written by `minigrpo colab`). In the course's own environment this cell does nothing. Opened on its own
-# (Colab, a bare folder), it installs the course at the release this notebook belongs to, then says which device
-# the lesson will use: the lessons pick a GPU themselves when there is one.
+# (Colab, a bare folder), it installs the course at the release this notebook belongs to and says where it runs.
 import importlib.util, subprocess, sys
 if importlib.util.find_spec("minigrpo_course") is None:
     def _run(*args):
@@ -104,20 +119,17 @@ if importlib.util.find_spec("minigrpo_course") is None:
     print("installing the course ({rel.ref}) ...", flush=True)
     _run("-m", "pip", "install", "-q", f"minigrpo[{{extra}}] @ git+{rel.repository}@{rel.ref}")
 {needs}    importlib.invalidate_caches()
-    import torch
-    if torch.cuda.is_available():
-        print(f"done; device: cuda ({{torch.cuda.get_device_name(0)}})")
-    else:
-        print("done; device: cpu (for a GPU on Colab: Runtime > Change runtime type, then run from the top)")'''
+{device}'''
 
 
-def colab_cells(rel: Release, path: str) -> list:
-    """The tool's two cells for the notebook at ``path`` (relative to the repository), with fixed ids."""
+def colab_cells(rel: Release, path: str, gpu: bool = True) -> list:
+    """The tool's two cells for the notebook at ``path`` (relative to the repository), with fixed ids (``gpu``: the
+    notebook picks CUDA where there is one, :func:`uses_gpu`)."""
     import nbformat
 
     badge = nbformat.v4.new_markdown_cell(badge_source(rel, path), id=BADGE)
     badge.metadata = {MARKER: BADGE}
-    setup = nbformat.v4.new_code_cell(setup_source(rel, path), id=SETUP)
+    setup = nbformat.v4.new_code_cell(setup_source(rel, path, gpu), id=SETUP)
     # remove-cell: the course website (Jupyter Book) leaves the setup out; Jupyter and Colab show it
     setup.metadata = {MARKER: SETUP, "tags": ["remove-cell"]}
     return [badge, setup]
@@ -141,7 +153,7 @@ def apply(nb, rel: Release, path: str):
     replacing any it had; every other cell is kept as it is."""
     out = copy.deepcopy(nb)
     old = {cell.metadata[MARKER]: cell for cell in out.cells if is_colab_cell(cell)}
-    fresh = colab_cells(rel, path)
+    fresh = colab_cells(rel, path, uses_gpu(nb))
     for cell in fresh:
         # what a run leaves on the setup cell (`minigrpo run` records execution times, a count) is kept: a notebook
         # re-executed in the course, where the cell does nothing, needs no update
@@ -174,7 +186,7 @@ def retarget(nb, path: str):
     target = badge_target(nb)
     if target is not None:
         rel = target[0]
-        fresh = {cell.metadata[MARKER]: cell for cell in colab_cells(rel, path)}
+        fresh = {cell.metadata[MARKER]: cell for cell in colab_cells(rel, path, uses_gpu(nb))}
         for i, cell in enumerate(nb.cells):
             if is_colab_cell(cell):
                 nb.cells[i] = copy.deepcopy(fresh[cell.metadata[MARKER]])

@@ -132,7 +132,16 @@ def test_generated_exercises_carry_cells_that_name_the_exercise(tmp_path):
 
 
 def _setup_source(path: str) -> str:
-    return next(c.source for c in colab.colab_cells(REL, path) if c.cell_type == "code")
+    return colab.setup_source(REL, path, gpu=path == LESSON_12)
+
+
+def test_the_setup_cell_says_where_the_notebook_runs():
+    # the notebooks that pick their device (get_device: CUDA where there is one) say which; the others run on the CPU
+    gpu = {p.name for p in NOTEBOOKS if colab.uses_gpu(_read(p))}
+    assert {"06_grpo_llm.ipynb", "12_grpo_pretrained_model.ipynb", "13_grpo_text_to_image.ipynb"} <= gpu
+    assert not {"00_rl_basics.ipynb", "04_ppo.ipynb", "08_ddpm.ipynb"} & gpu
+    assert "torch.cuda.is_available()" in colab.setup_source(REL, LESSON_12, gpu=True)
+    assert "torch" not in colab.setup_source(REL, "notebooks/00_rl_basics.ipynb", gpu=False)
 
 
 def test_the_setup_cell_does_nothing_where_the_course_is_importable():
@@ -166,7 +175,7 @@ def test_the_setup_cell_installs_the_pinned_course_elsewhere(monkeypatch, on_col
         with contextlib.redirect_stdout(out):
             exec(compile(_setup_source(path), path, "exec"), {})
         assert ran == [["-m", "pip", "install", "-q", REL.requirement(extra)], *needs]
-        assert f"installing the course ({REL.ref})" in out.getvalue() and "device: c" in out.getvalue()
+        assert f"installing the course ({REL.ref})" in out.getvalue() and "this notebook runs on the" in out.getvalue()
 
 
 def test_the_command_updates_then_checks(tmp_path, monkeypatch, capsys):
