@@ -392,6 +392,12 @@ def cmd_make_exercises(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_colab(args: argparse.Namespace) -> int:
+    from minigrpo_course.colab import main as colab_main
+
+    return colab_main(args.paths, check=args.check, ref=args.ref)
+
+
 def cmd_interview(args: argparse.Namespace) -> int:
     from minigrpo_course.interview.practice import run as run_interview
 
@@ -447,6 +453,18 @@ def build_parser() -> argparse.ArgumentParser:
     make.add_argument("--force", action="store_true",
                       help="also overwrite exercise notebooks that hold answers (by default they are kept)")
     make.set_defaults(func=cmd_make_exercises)
+
+    colab = sub.add_parser(
+        "colab", help="put the Open-in-Colab badge and setup cell at the top of every notebook (maintainers)",
+        description="Insert or update, under the title of each notebook, an 'Open in Colab' badge and a setup cell "
+                    "that installs the course (pinned to the release, [project.urls] Repository at v<version>) when "
+                    "the notebook runs outside it, and does nothing inside it. Idempotent.")
+    colab.add_argument("paths", nargs="*", metavar="PATH",
+                       help="notebooks to update (default: notebooks/, notebooks/deep_dives/, solutions/, exercises/)")
+    colab.add_argument("--check", action="store_true",
+                       help="only list the notebooks a run would change (exit status 1 if any)")
+    colab.add_argument("--ref", help="pin this git ref (a commit, a tag) instead of v<version>")
+    colab.set_defaults(func=cmd_colab)
 
     add_train_parser(sub)
     add_models_parser(sub)

@@ -18,6 +18,7 @@ import nbformat
 import pytest
 import torch
 
+from minigrpo_course.colab import content_cells
 from minigrpo_course.debugging.buggy_step import BUGS
 from minigrpo_course.grading import ex07
 from minigrpo_course.grading import (
@@ -1000,7 +1001,7 @@ def test_06_2_an_all_masked_batch_must_keep_the_graph_as_its_spec_says():
 
     case = next(c for c in run_item(get_item("06.2"), constant_zero).cases if "all-masked" in c.case.name)
     assert not case.passed and "does not require grad" in case.message
-    spec = nbformat.read(find_notebook("06", ROOT / "solutions"), as_version=4).cells[5].source
+    spec = content_cells(nbformat.read(find_notebook("06", ROOT / "solutions"), as_version=4))[5].source
     assert "loss.backward()" in spec and "not 0/0 = NaN" in spec
 
 
@@ -1024,8 +1025,8 @@ def test_the_two_stale_sampler_questions_say_why_they_differ():
     """07.5's stale_weights is a mismatch and 11.5(h) is by design: both exercises (and both hints) say it is who
     computes log π_old."""
     for exercise, cell in (("07", 14), ("11", 19)):
-        text = " ".join(nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4).cells[cell].source
-                        .split())
+        solution = nbformat.read(find_notebook(exercise, ROOT / "solutions"), as_version=4)
+        text = " ".join(content_cells(solution)[cell].source.split())
         assert "recorded log-probs" in text and "current weights" in text or "newer weights" in text, exercise
     assert "11.5(h)" in next(w.hint for w in get_item("07.5").wrong_answers if w.name == "stale is by design")
     assert "07.5" in next(w.hint for w in get_item("11.5").wrong_answers if w.name == "planned asynchrony as mismatch")

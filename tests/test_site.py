@@ -21,8 +21,13 @@ from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
 
+from minigrpo_course.colab import BADGE_IMAGE, release
+
 ROOT = Path(__file__).resolve().parents[1]
 SITE = ROOT / "site"
+RELEASE = release(ROOT)
+BADGE_STAND_IN = ('<svg xmlns="http://www.w3.org/2000/svg" width="117" height="20"><rect width="117" height="20" '
+                  'fill="#555"/></svg>')
 LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 DEEP_DIVES = sorted((ROOT / "notebooks" / "deep_dives").glob("[0-9][0-9][a-z]_*.ipynb"))
 
@@ -112,6 +117,10 @@ def test_site_builds_and_renders_in_a_browser(site):
                                      args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
         try:
             page = browser.new_page()
+            # each notebook's Colab badge (minigrpo_course/colab.py) is Google's image: a stand-in serves it here, so
+            # that the test needs no network and every other outside request still shows up as a failure
+            page.route(BADGE_IMAGE, lambda route: route.fulfill(status=200, content_type="image/svg+xml",
+                                                                body=BADGE_STAND_IN))
             errors: list[str] = []
             page.on("console", lambda msg: msg.type == "error" and errors.append(f"console: {msg.text}"))
             page.on("pageerror", lambda exc: errors.append(f"page error: {exc}"))
@@ -153,6 +162,8 @@ def test_site_builds_and_renders_in_a_browser(site):
                         problems.append(f"{name}: math is present but MathJax rendered none of it")
                 hrefs = page.locator("article a[href]").evaluate_all("a => a.map(x => x.getAttribute('href'))")
                 problems += [f"{name}: broken link {b}" for b in _check_links(built, site, hrefs)]
+                if RELEASE.colab_url(name) not in hrefs:
+                    problems.append(f"{name}: no Open-in-Colab badge linking {RELEASE.colab_url(name)}")
                 problems += [f"{name}: {e}" for e in errors]
             assert plots_seen > 0, "no plot rendered on any lesson page"
         finally:

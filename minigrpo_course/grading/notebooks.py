@@ -145,9 +145,12 @@ def make_exercise_notebook(solution):
 
 
 def exercise_text(solution_path: Path) -> str:
-    """The exact file content ``exercises/`` should hold for a solution notebook."""
+    """The exact file content ``exercises/`` should hold for a solution notebook: its Colab cells
+    (:mod:`minigrpo_course.colab`) name the exercise, not the solution."""
+    from minigrpo_course.colab import retarget
+
     nb = nbformat.read(solution_path, as_version=4)
-    return nbformat.writes(make_exercise_notebook(nb)) + "\n"
+    return nbformat.writes(retarget(make_exercise_notebook(nb), f"exercises/{Path(solution_path).name}")) + "\n"
 
 
 def has_learner_work(path: Path) -> bool:
