@@ -296,7 +296,7 @@ LESSONS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 def test_a_lesson_is_a_core_path_with_a_what_to_remember_box(path):
     """Issue 26: at most 3,000 words of markdown per lesson (studies live in deep dives), and a box that closes it."""
     nb = nbformat.read(path, as_version=4)
-    markdown = [c.source for c in content_cells(nb) if c.cell_type == "markdown"]  # the Colab badge aside
+    markdown = [c.source for c in nb.cells if c.cell_type == "markdown"]
     words = len(re.findall(r"\S+", "\n".join(markdown)))
     assert words <= 3000, f"{path.name} has {words} words of markdown: move a study into a deep dive"
     boxes = [s for s in markdown if s.startswith("## What to remember")]
