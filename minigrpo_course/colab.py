@@ -180,17 +180,11 @@ def badge_target(nb) -> tuple[Release, str] | None:
 
 
 def retarget(nb, path: str):
-    """``nb`` (changed in place, and returned) with this tool's cells rewritten for ``path`` at the release its
-    badge names, where it has them: a generated exercise carries its solution's cells, which must name the
-    exercise. Needs no checkout (the release comes from the badge)."""
+    """``nb`` with this tool's cells rewritten for ``path`` at the release its badge names (:func:`apply`), where it
+    has them: a generated exercise carries its solution's cells, which must name the exercise. Needs no checkout
+    (the release comes from the badge)."""
     target = badge_target(nb)
-    if target is not None:
-        rel = target[0]
-        fresh = {cell.metadata[MARKER]: cell for cell in colab_cells(rel, path, uses_gpu(nb))}
-        for i, cell in enumerate(nb.cells):
-            if is_colab_cell(cell):
-                nb.cells[i] = copy.deepcopy(fresh[cell.metadata[MARKER]])
-    return nb
+    return nb if target is None else apply(nb, target[0], path)
 
 
 def notebook_paths(root: Path) -> list[Path]:
@@ -232,7 +226,9 @@ def main(paths: list[str], check: bool = False, ref: str | None = None) -> int:
         if now != wanted:
             changed.append(path)
             if not check:
-                path.write_text(wanted, encoding="utf-8")
+                from minigrpo_course.state import atomic_write_text
+
+                atomic_write_text(path, wanted)
     verb = "out of date" if check else "updated"
     for path in changed:
         print(f"{verb}: {path.resolve().relative_to(root.resolve()).as_posix()}")
