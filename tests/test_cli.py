@@ -467,7 +467,8 @@ def test_run_gives_the_kernel_72_dpi_figures(tmp_path, monkeypatch):
     source = _course(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(nbclient, "NotebookClient", FakeClient)
-    monkeypatch.delenv("MATPLOTLIBRC", raising=False)
+    monkeypatch.setenv("MATPLOTLIBRC", "unset at teardown")  # so that what the run sets does not outlive the test
+    monkeypatch.delenv("MATPLOTLIBRC")
     assert main(["run", str(source), "--output", "out.ipynb"]) == 0
     rc = matplotlib.rc_params_from_file(os.environ["MATPLOTLIBRC"], use_default_template=False)
     assert rc["figure.dpi"] == 72
